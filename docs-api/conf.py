@@ -1,0 +1,71 @@
+# Sphinx + Breathe: renders Doxygen's XML of include/stepwise/ as the site's C++ API
+# reference (copied into the MkDocs site as api/ by snippets/mkdocs_hook.py).
+# Run: STEPWISE_DOXYGEN_XML=build/docs/doxygen/xml /usr/bin/python3 -m sphinx -W -b html docs-api build/docs/api
+import os
+
+project = "stepwise"
+copyright = "stepwise authors"
+extensions = ["breathe"]
+_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+breathe_projects = {"stepwise": os.path.join(_root, os.environ.get("STEPWISE_DOXYGEN_XML", "build/docs/doxygen/xml"))}
+breathe_default_project = "stepwise"
+breathe_default_members = ("members",)
+primary_domain = "cpp"
+highlight_language = "cpp"
+html_theme = "alabaster"
+html_title = "stepwise C++ API reference"
+html_theme_options = {"extra_nav_links": {"Back to the stepwise docs": "../index.html"}}
+html_static_path = []
+exclude_patterns = ["Doxyfile"]
+
+
+# `.. stepwise-header:: engine.h` expands to one Breathe directive per class, function,
+# enum, variable and macro that Doxygen found in include/stepwise/engine.h, so a new
+# symbol appears without editing these pages (`doxygenfile` would re-declare the namespace
+# on every page: duplicate declarations).
+import re
+import xml.etree.ElementTree as ET
+
+from docutils.parsers.rst import Directive
+
+
+def _type_text(elem):
+    return re.sub(r"\s+", " ", "".join(elem.itertext())).strip() if elem is not None else ""
+
+
+def header_directives(xml_dir, header):
+    index = ET.parse(os.path.join(xml_dir, "index.xml")).getroot()
+    file_id = next(c.get("refid") for c in index.iter("compound")
+                   if c.get("kind") == "file" and c.findtext("name") == header)
+    file_xml = ET.parse(os.path.join(xml_dir, file_id + ".xml")).getroot()
+    out = []
+    for inner in file_xml.iter("innerclass"):
+        kind = "doxygenstruct" if inner.get("refid").startswith("struct") else "doxygenclass"
+        out += [f".. {kind}:: {inner.text}", "   :members:", ""]
+    for m in file_xml.iter("memberdef"):
+        if m.get("kind") == "define":
+            out += [f".. doxygendefine:: {m.findtext('name')}", ""]
+    ns = ET.parse(os.path.join(xml_dir, "namespacestepwise.xml")).getroot()
+    for m in ns.iter("memberdef"):
+        if m.find("location").get("file") != "stepwise/" + header:
+            continue
+        name = "stepwise::" + m.findtext("name")
+        if m.get("kind") == "function":
+            params = ", ".join(_type_text(p.find("type")) for p in m.findall("param"))
+            out += [f".. doxygenfunction:: {name}({params})", ""]
+        elif m.get("kind") in ("enum", "variable", "typedef"):
+            out += [f".. doxygen{m.get('kind')}:: {name}", ""]
+    return out
+
+
+class StepwiseHeader(Directive):
+    required_arguments = 1
+
+    def run(self):
+        lines = header_directives(breathe_projects["stepwise"], self.arguments[0])
+        self.state_machine.insert_input(lines, self.state_machine.input_lines.source(0))
+        return []
+
+
+def setup(app):
+    app.add_directive("stepwise-header", StepwiseHeader)

@@ -1,0 +1,228 @@
+"""The one parser of the docs' code blocks: the MkDocs hook and the extractor both use it.
+
+A C++ block is a fence with attr_list metadata (never a bare key=value header: it breaks
+superfences 9.5), and exactly one kind:
+
+    ```{.cpp .program #id}                          whole program with main()
+    ```{.cpp .fragment #id context="engine"}        body of a doctest TEST_CASE in snippets/contexts/engine.h
+    ```{.cpp .compile-fail #id expect="text"}       must fail to compile, the output containing "text"
+    ```{.cpp .no-compile #id reason="why"}          not compiled (counted; the goal is zero)
+    ```{.text .output for="id" tolerance="1e-6"}    the expected stdout of block `id`
+
+Lines starting with HIDDEN (after indentation) are compiled but hidden on the page.
+"""
+import pathlib
+import re
+import sys
+from dataclasses import dataclass, field
+
+HIDDEN = "//~"
+CPP_LANGS = {"cpp", "c++", "cxx"}
+KINDS = ("program", "fragment", "compile-fail", "no-compile")
+REQUIRED = {"fragment": "context", "compile-fail": "expect", "no-compile": "reason"}
+KNOWN_KEYS = {"context", "expect", "reason", "for", "tolerance", "before", "title"}
+ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+CONTEXT_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
+FENCE_RE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<info>.*?)\s*$")
+ATTR_RE = re.compile(r"""\.(?P<cls>[\w-]+)|\#(?P<id>[\w-]+)|(?P<key>[\w-]+)=(?:"(?P<dq>[^"]*)"|'(?P<sq>[^']*)'|(?P<bare>[^\s}]+))""")
+INCLUDE_RE = re.compile(r"""^\s*-{1,}8<-{1,}\s+["']?(?P<path>[^"'\s]+)["']?\s*$""")
+
+
+@dataclass
+class Block:
+    page: str            # "docs/getting-started.md"
+    line: int            # 1-based line of the opening fence
+    indent: str
+    lang: str            # first class: "cpp", "text", ...
+    classes: list
+    id: str
+    attrs: dict
+    lines: list = field(default_factory=list)  # content, fence indentation removed
+
+    @property
+    def first_code_line(self):
+        return self.line + 1
+
+    @property
+    def is_cpp(self):
+        return self.lang in CPP_LANGS
+
+    @property
+    def kind(self):
+        kinds = [c for c in self.classes if c in KINDS]
+        return kinds[0] if len(kinds) == 1 else None
+
+    @property
+    def is_output(self):
+        return "output" in self.classes
+
+    def compiled_lines(self):
+        """What the compiler sees: hidden lines with the marker removed, line for line."""
+        return [unhide(l) for l in self.lines]
+
+    def shown_lines(self):
+        """What the reader sees by default."""
+        return [l for l in self.lines if not is_hidden(l)]
+
+    def hidden_count(self):
+        return sum(1 for l in self.lines if is_hidden(l))
+
+
+def is_hidden(line):
+    return line.lstrip().startswith(HIDDEN)
+
+
+def unhide(line):
+    if not is_hidden(line):
+        return line
+    head = line[: len(line) - len(line.lstrip())]
+    rest = line.lstrip()[len(HIDDEN):]
+    return head + (rest[1:] if rest.startswith(" ") else rest)
+
+
+def parse_info(info):
+    """Fence info string -> (lang, classes, id, attrs) or None when it is not a code fence."""
+    if info.startswith("{") and info.endswith("}"):
+        classes, ident, attrs = [], "", {}
+        for m in ATTR_RE.finditer(info[1:-1]):
+            if m.group("cls"):
+                classes.append(m.group("cls"))
+            elif m.group("id"):
+                ident = m.group("id")
+            else:
+                attrs[m.group("key")] = next(v for v in (m.group("dq"), m.group("sq"), m.group("bare")) if v is not None)
+        return (classes[0] if classes else ""), classes, ident, attrs
+    lang = info.split()[0] if info else ""
+    return lang, [lang] if lang else [], "", {"_bare_info": info} if "=" in info else {}
+
+
+def parse_text(text, page):
+    """All fenced blocks of one markdown text, in order."""
+    blocks, open_block, fence = [], None, None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        m = FENCE_RE.match(raw)
+        if open_block is None:
+            if m:
+                lang, classes, ident, attrs = parse_info(m.group("info"))
+                open_block = Block(page, number, m.group("indent"), lang.lower(), classes, ident, attrs)
+                fence = m.group("fence")
+            continue
+        if m and not m.group("info") and m.group("fence").startswith(fence) and m.group("fence")[0] == fence[0]:
+            blocks.append(open_block)
+            open_block = None
+            continue
+        line = raw[len(open_block.indent):] if raw.startswith(open_block.indent) else raw.lstrip()
+        open_block.lines.append(line)
+    if open_block is not None:
+        open_block.attrs["_unclosed"] = "1"
+        blocks.append(open_block)
+    return blocks
+
+
+def parse_file(path, root):
+    path = pathlib.Path(path)
+    return parse_text(path.read_text(encoding="utf-8"), path.resolve().relative_to(root.resolve()).as_posix())
+
+
+def page_name(page):
+    """"docs/guide/x.md" -> "guide-x": the name used in test names and labels."""
+    return page[len("docs/"):-len(".md")].replace("/", "-") if page.startswith("docs/") else page[:-3]
+
+
+def doc_pages(docs_dir):
+    return sorted(pathlib.Path(docs_dir).rglob("*.md"))
+
+
+def check_page(blocks, contexts_dir):
+    """Errors of one page's blocks as (block, message)."""
+    errors, ids = [], {}
+    for b in blocks:
+        where = b
+        if "_unclosed" in b.attrs:
+            errors.append((where, "unclosed fence"))
+        if "_bare_info" in b.attrs:
+            errors.append((where, "bare key=value in a fence header breaks superfences 9.5: use {.lang key=\"value\"}"))
+        if b.is_output:
+            if not b.attrs.get("for"):
+                errors.append((where, "output block without for=\"BLOCK-ID\""))
+            continue
+        if not b.is_cpp:
+            continue
+        kinds = [c for c in b.classes if c in KINDS]
+        if len(kinds) != 1:
+            errors.append((where, "C++ block needs exactly one kind of " + ", ".join("." + k for k in KINDS)
+                           + " (untested code is not allowed; see docs/contributing.md)"))
+            continue
+        if not b.id or not ID_RE.match(b.id):
+            errors.append((where, "C++ block needs an id like #my-block (lowercase, digits, dashes)"))
+        elif b.id in ids:
+            errors.append((where, f"duplicate block id #{b.id} (first at line {ids[b.id]})"))
+        else:
+            ids[b.id] = b.line
+        need = REQUIRED.get(b.kind)
+        if need and not b.attrs.get(need):
+            errors.append((where, f".{b.kind} needs {need}=\"...\""))
+        unknown = set(b.attrs) - KNOWN_KEYS
+        if unknown:
+            errors.append((where, "unknown attribute(s) " + ", ".join(sorted(unknown))))
+        ctx = b.attrs.get("context")
+        if ctx is not None:
+            if not CONTEXT_RE.match(ctx):
+                errors.append((where, f"context name {ctx!r} must be a C++ identifier"))
+            elif not (pathlib.Path(contexts_dir) / f"{ctx}.h").is_file():
+                errors.append((where, f"context {ctx!r}: no file snippets/contexts/{ctx}.h"))
+    by_id = {b.id: b for b in blocks if b.is_cpp and b.id}
+    seen_out = set()
+    for b in blocks:
+        target = b.attrs.get("for") if b.is_output else None
+        if target is not None:
+            if target not in by_id or by_id[target].kind in ("compile-fail", "no-compile"):
+                errors.append((b, f"output for=\"{target}\": no runnable C++ block with that id on this page"))
+            elif target in seen_out:
+                errors.append((b, f"second output block for #{target}"))
+            seen_out.add(target)
+        if b.is_cpp and b.attrs.get("before"):
+            other = by_id.get(b.attrs["before"])
+            if other is None or other.kind != "program" or b.kind != "program":
+                errors.append((b, "before=\"ID\" pairs two .program blocks of the same page"))
+    return errors
+
+
+def output_of(blocks, ident):
+    return next((b for b in blocks if b.is_output and b.attrs.get("for") == ident), None)
+
+
+def check_includes(path, docs_dir, root):
+    """`--8<-- "file"` lines whose file exists neither beside the docs nor at the repo root."""
+    errors = []
+    for number, line in enumerate(pathlib.Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        m = INCLUDE_RE.match(line)
+        if m and not any((base / m.group("path")).is_file() for base in (pathlib.Path(docs_dir), root)):
+            errors.append((number, f"included file {m.group('path')!r} does not exist"))
+    return errors
+
+
+def main(argv):
+    """`blocks.py [DOCS_DIR]`: report every error and the counts of blocks by kind."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    docs_dir = pathlib.Path(argv[1]) if len(argv) > 1 else root / "docs"
+    contexts = root / "snippets" / "contexts"
+    counts, problems, reasons = {k: 0 for k in KINDS}, [], []
+    for path in doc_pages(docs_dir):
+        blocks = parse_file(path, root)
+        for b, msg in check_page(blocks, contexts):
+            problems.append(f"{b.page}:{b.line}: error: {msg}")
+        for number, msg in check_includes(path, docs_dir, root):
+            problems.append(f"{path.relative_to(root)}:{number}: error: {msg}")
+        for b in blocks:
+            if b.is_cpp and b.kind:
+                counts[b.kind] += 1
+                if b.kind == "no-compile":
+                    reasons.append(f"{b.page}:{b.line}: #{b.id} not compiled: {b.attrs.get('reason', '')}")
+    print("\n".join(problems + reasons))
+    print("blocks: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

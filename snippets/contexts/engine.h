@@ -1,0 +1,47 @@
+// Context "engine": a tiny linear model, fixed data and an engine with GAS = 4.
+//
+// Members a fragment can use:
+//   model    torch::nn::Linear(4, 1), seeded
+//   engine   stepwise::Engine from `config_json` (mbs 2, GAS 4, AdamW lr 0.01, clip 1.0)
+//   batches  8 micro-batches {x [2, 4], y [2, 1]}
+//   loss_of(i)  the MSE loss of micro-batch i under the current model
+#pragma once
+
+#include <stepwise/stepwise.h>
+#include <torch/torch.h>
+
+#include <doctest/doctest.h>
+
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+struct engine_context {
+  static constexpr const char* config_json = R"({
+    "train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 4,
+    "gradient_clipping": 1.0,
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}
+  })";
+
+  static torch::nn::Linear make_model() {
+    torch::manual_seed(0);
+    return torch::nn::Linear(4, 1);
+  }
+
+  static std::vector<std::pair<torch::Tensor, torch::Tensor>> make_batches() {
+    torch::manual_seed(1);
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
+    for (int i = 0; i < 8; ++i) out.emplace_back(torch::randn({2, 4}), torch::randn({2, 1}));
+    return out;
+  }
+
+  torch::Tensor loss_of(size_t i) {
+    return torch::mse_loss(model->forward(batches[i].first), batches[i].second);
+  }
+
+  torch::nn::Linear model = make_model();
+  stepwise::Engine engine = stepwise::initialize(model, stepwise::Config::from_string(config_json));
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> batches = make_batches();
+};

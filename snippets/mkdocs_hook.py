@@ -1,0 +1,73 @@
+"""MkDocs hook (mkdocs.yml `hooks:`): renders the docs' code blocks with snippets/blocks.py.
+
+- C++ blocks lose their metadata and hidden `//~` lines; a collapsed "full source" box
+  below the block shows the hidden lines to readers who want them.
+- Output blocks get an "Output" caption; compile-fail and no-compile blocks a label.
+- Invalid blocks are logged as warnings, so `mkdocs build --strict` fails on them.
+- The C++ API reference (Sphinx + Breathe HTML, built before MkDocs into
+  $STEPWISE_API_HTML, default build/docs/api) is added to the site as api/, so links to it
+  are checked like any other page.
+"""
+import logging
+import os
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import blocks as B  # noqa: E402
+
+from mkdocs.structure.files import File  # noqa: E402
+
+log = logging.getLogger("mkdocs.hooks.stepwise")
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _fence(block, info, lines):
+    fence = "```"
+    return [block.indent + fence + info] + [block.indent + l if l else "" for l in lines] + [block.indent + fence]
+
+
+def _render(block):
+    """The markdown lines that replace one block."""
+    i = block.indent
+    if block.is_output:
+        return [f"{i}Output", f"{i}{{: .sw-output-label }}", ""] + _fence(block, "{.text .sw-output}", block.lines)
+    if not (block.is_cpp and block.kind):
+        return None
+    out = _fence(block, f"{{.cpp #snippet-{block.id}}}", block.shown_lines())
+    if block.hidden_count():
+        out += ["", f'{i}??? example "Full source, with {block.hidden_count()} hidden setup '
+                    f'line{"s" if block.hidden_count() > 1 else ""}"', ""]
+        out += ["    " + l if l else "" for l in _fence(block, "{.cpp}", block.compiled_lines())]
+    if block.kind == "compile-fail":
+        out = [f"{i}Does not compile: the docs test checks that the compiler says "
+               f"`` {block.attrs['expect']} ``", f"{i}{{: .sw-label .sw-compile-fail }}", ""] + out
+    elif block.kind == "no-compile":
+        out = [f"{i}Not compiled: {block.attrs['reason']}", f"{i}{{: .sw-label .sw-no-compile }}", ""] + out
+    return out
+
+
+def on_page_markdown(markdown, page, config, files):
+    src = "docs/" + page.file.src_path
+    blocks = B.parse_text(markdown, src)
+    for b, msg in B.check_page(blocks, ROOT / "snippets" / "contexts"):
+        log.warning(f"{b.page}:{b.line}: {msg}")
+    lines = markdown.splitlines()
+    for b in reversed(blocks):
+        rendered = _render(b)
+        if rendered is not None:
+            lines[b.line - 1: b.line + len(b.lines) + 1] = rendered
+    return "\n".join(lines) + "\n"
+
+
+def on_files(files, config):
+    api = pathlib.Path(os.environ.get("STEPWISE_API_HTML", ROOT / "build" / "docs" / "api"))
+    if not (api / "index.html").is_file():
+        log.warning(f"C++ API reference not built ({api}/index.html missing): run tools/docs-check "
+                    "or set STEPWISE_API_HTML")
+        return files
+    for path in sorted(p for p in api.rglob("*") if p.is_file() and ".doctrees" not in p.parts
+                       and p.name != ".buildinfo"):
+        rel = "api/" + path.relative_to(api).as_posix()
+        files.append(File(rel, str(api.parent), config["site_dir"], config["use_directory_urls"]))
+    return files

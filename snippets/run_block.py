@@ -1,0 +1,140 @@
+"""Runs one extracted docs block as a CTest test (see snippets/CMakeLists.txt).
+
+    run_block.py run [--capture] --actual F --expected F --tolerance T -- EXE ARGS...
+    run_block.py compile-fail --compile-commands J --source S --expect TEXT
+    run_block.py before-after --page docs/x.md --before ID --after ID --before-exe E --after-exe E
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+
+import blocks as B
+
+BEFORE = re.compile(r"//\s*before:")
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)")
+
+
+def same_output(expected, actual, tolerance):
+    """Exact text, or with a tolerance: same text between numbers, numbers within tol (abs or rel)."""
+    if not tolerance:
+        return expected == actual
+    tol = float(tolerance)
+    if NUMBER.split(expected) != NUMBER.split(actual):
+        return False
+    exp, act = NUMBER.findall(expected), NUMBER.findall(actual)
+    return len(exp) == len(act) and all(
+        e == a or abs(float(e) - float(a)) <= tol * max(1.0, abs(float(e))) for e, a in zip(exp, act))
+
+
+def run(args):
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory() as tmp:
+        capture = pathlib.Path(tmp) / "out.txt"
+        env["STEPWISE_SNIPPET_OUTPUT"] = str(capture)
+        proc = subprocess.run(args.command, stdout=subprocess.PIPE, env=env, text=True)
+        stdout = proc.stdout
+        ran = capture.exists()
+        actual = capture.read_text() if args.capture and capture.exists() else ("" if args.capture else stdout)
+    if args.capture and stdout:
+        sys.stdout.write(stdout)  # doctest's own report
+    pathlib.Path(args.actual).write_text(actual)
+    if args.capture and not ran:
+        print("the fragment's test case did not run (wrong --test-case filter?)")
+        return 1
+    if proc.returncode != 0:
+        print(f"block exited with status {proc.returncode}; its output:\n{actual}")
+        return 1
+    if not args.expected:
+        if actual:
+            print("the block prints but has no output block after it; add\n"
+                  '```{.text .output for="ID"}\n```\nand fill it with tools/docs-update-output. It printed:\n' + actual)
+            return 1
+        return 0
+    expected = pathlib.Path(args.expected).read_text()
+    if same_output(expected, actual, args.tolerance):
+        return 0
+    import difflib
+    print("output differs from the page's output block (tools/docs-update-output rewrites it):")
+    sys.stdout.writelines(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), "expected", "actual"))
+    return 1
+
+
+def compile_fail(args):
+    source = str(pathlib.Path(args.source).resolve())
+    entries = json.loads(pathlib.Path(args.compile_commands).read_text())
+    entry = next((e for e in entries if str(pathlib.Path(e["directory"], e["file"]).resolve()) == source), None)
+    if entry is None:
+        print(f"{source} is not in {args.compile_commands}: reconfigure")
+        return 1
+    words, cmd, skip = shlex.split(entry["command"]), [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in ("-o", "-MT", "-MF"):
+            skip = True
+        elif w not in ("-MD", "-c"):
+            cmd.append(w)
+    proc = subprocess.run(cmd + ["-fsyntax-only"], cwd=entry["directory"], capture_output=True, text=True)
+    out = proc.stdout + proc.stderr
+    if proc.returncode == 0:
+        print("the block compiled, but it is marked .compile-fail: it must not compile")
+        return 1
+    if args.expect not in out:
+        print(f"the block failed to compile, but without the expected text {args.expect!r}:\n{out}")
+        return 1
+    print(f"fails to compile as documented ({args.expect!r})")
+    return 0
+
+
+def before_after(args):
+    root = pathlib.Path(__file__).resolve().parent.parent
+    blocks = {b.id: b for b in B.parse_file(root / args.page, root) if b.is_cpp}
+    before, after = blocks[args.before], blocks[args.after]
+    before_lines = {l.strip() for l in before.compiled_lines()}
+    errors, found = [], 0
+    for offset, line in enumerate(after.compiled_lines()):
+        if BEFORE.search(line):
+            found += 1
+            old = BEFORE.split(line, 1)[1].strip()
+            if old not in before_lines:
+                errors.append(f"{args.page}:{after.first_code_line + offset}: '// before: {old}' "
+                              f"is not a line of #{args.before}")
+    if not found:
+        errors.append(f"#{args.after} has no '// before: LINE' comments")
+    outs = [subprocess.run([exe], stdout=subprocess.PIPE, text=True, check=True).stdout
+            for exe in (args.before_exe, args.after_exe)]
+    if outs[0] != outs[1]:
+        errors.append(f"#{args.before} and #{args.after} print different results:\n--- {args.before}\n"
+                      f"{outs[0]}--- {args.after}\n{outs[1]}")
+    print("\n".join(errors) if errors else f"{found} replaced lines checked; both programs print the same")
+    return 1 if errors else 0
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="mode", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--capture", action="store_true")
+    r.add_argument("--actual", required=True)
+    r.add_argument("--expected", default="")
+    r.add_argument("--tolerance", default="")
+    r.add_argument("command", nargs="+")
+    c = sub.add_parser("compile-fail")
+    c.add_argument("--compile-commands", required=True)
+    c.add_argument("--source", required=True)
+    c.add_argument("--expect", required=True)
+    b = sub.add_parser("before-after")
+    for name in ("--page", "--before", "--after", "--before-exe", "--after-exe"):
+        b.add_argument(name, required=True)
+    args = p.parse_args()
+    return {"run": run, "compile-fail": compile_fail, "before-after": before_after}[args.mode](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
