@@ -69,3 +69,7 @@ class StepwiseHeader(Directive):
 
 def setup(app):
     app.add_directive("stepwise-header", StepwiseHeader)
+
+# The same favicon as the MkDocs pages (Material's), so browsers don't request a missing one.
+_favicon = "/usr/share/mkdocs/themes/material/assets/images/favicon.png"
+html_favicon = _favicon if os.path.exists(_favicon) else None

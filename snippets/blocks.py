@@ -203,8 +203,14 @@ def check_includes(path, docs_dir, root):
 
 
 def main(argv):
-    """`blocks.py [DOCS_DIR]`: report every error and the counts of blocks by kind."""
+    """`blocks.py [DOCS_DIR]`: report every error and the counts of blocks by kind.
+    `blocks.py --json PAGE.md`: the page's blocks as JSON (for the browser test)."""
     root = pathlib.Path(__file__).resolve().parent.parent
+    if len(argv) == 3 and argv[1] == "--json":
+        import json
+        print(json.dumps([dict(id=b.id, kind=b.kind, lang=b.lang, line=b.line, shown="\n".join(b.shown_lines()),
+                               attrs=b.attrs) for b in parse_file(argv[2], root)]))
+        return 0
     docs_dir = pathlib.Path(argv[1]) if len(argv) > 1 else root / "docs"
     contexts = root / "snippets" / "contexts"
     counts, problems, reasons = {k: 0 for k in KINDS}, [], []

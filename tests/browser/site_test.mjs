@@ -1,0 +1,160 @@
+// Browser test of the built docs site (headless Debian chromium via playwright-core).
+//
+//   node tests/browser/site_test.mjs [SITE_DIR]      (default: site/, built by tools/docs-check)
+//
+// Serves SITE_DIR on 127.0.0.1 (a free port), then checks: every nav page renders without
+// console errors; the getting-started loop block is on the page and equals its source in
+// docs/getting-started.md; the search UI finds "gradient_accumulation_steps"; the C++ API
+// reference page for Engine::backward is reachable from the nav; no internal link (or
+// #anchor) is broken. Saves a screenshot of getting-started in $STEPWISE_ARTIFACTS
+// (default build/artifacts/).
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..', '..');
+const siteDir = path.resolve(process.argv[2] || path.join(root, 'site'));
+const artifacts = path.resolve(process.env.STEPWISE_ARTIFACTS || path.join(root, 'build', 'artifacts'));
+const failures = [];
+const fail = (msg) => { failures.push(msg); console.log(`FAIL ${msg}`); };
+const pass = (msg) => console.log(`ok   ${msg}`);
+
+const types = { '.html': 'text/html', '.js': 'text/javascript', '.css': 'text/css', '.json': 'application/json',
+  '.svg': 'image/svg+xml', '.png': 'image/png', '.inv': 'application/octet-stream', '.txt': 'text/plain' };
+function serve(dir) {
+  const server = http.createServer((req, res) => {
+    const url = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+    let file = path.join(dir, url);
+    if (!file.startsWith(dir)) { res.writeHead(403).end(); return; }
+    if (fs.existsSync(file) && fs.statSync(file).isDirectory()) file = path.join(file, 'index.html');
+    if (!fs.existsSync(file)) { res.writeHead(404).end('not found'); return; }
+    res.writeHead(200, { 'Content-Type': types[path.extname(file)] || 'application/octet-stream' });
+    fs.createReadStream(file).pipe(res);
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
+
+function sourceOf(page, id) {
+  const blocks = JSON.parse(execFileSync('/usr/bin/python3', [path.join(root, 'snippets', 'blocks.py'), '--json',
+    path.join(root, page)], { encoding: 'utf8' }));
+  const block = blocks.find((b) => b.id === id);
+  if (!block) throw new Error(`no block #${id} in ${page}`);
+  return block.shown;
+}
+
+async function main() {
+  if (!fs.existsSync(path.join(siteDir, 'index.html'))) throw new Error(`${siteDir}/index.html missing: build the site first`);
+  const server = await serve(siteDir);
+  const base = `http://127.0.0.1:${server.address().port}/`;
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'stepwise-chromium-'));
+  // A fresh --user-data-dir (playwright passes `profile` as that flag).
+  const browser = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  try {
+    const page = await browser.newPage();
+    let errors = [];
+    page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+    page.on('pageerror', (e) => errors.push(String(e)));
+
+    // 1. Every nav page renders without console errors.
+    await page.goto(base + 'index.html');
+    const nav = await page.$$eval('nav.md-nav--primary a.md-nav__link[href]', (as) => as.map((a) => a.href));
+    const navPages = [...new Set(nav.map((h) => h.split('#')[0]))];
+    if (navPages.length < 9) fail(`nav has only ${navPages.length} pages`);
+    for (const url of navPages) {
+      errors = [];
+      const res = await page.goto(url, { waitUntil: 'load' });
+      await page.waitForTimeout(100);
+      const where = url.slice(base.length);
+      if (!res || res.status() !== 200) fail(`nav page ${where}: HTTP ${res && res.status()}`);
+      else if (errors.length) fail(`nav page ${where}: console errors: ${errors.join(' | ')}`);
+      else pass(`nav page ${where}`);
+    }
+
+    // 2. The getting-started loop block is present and equals its source.
+    await page.goto(base + 'getting-started.html');
+    for (const id of ['loop-before', 'loop-after']) {
+      const shown = await page.$eval(`#snippet-${id} code`, (c) => c.textContent).catch(() => null);
+      const expected = sourceOf('docs/getting-started.md', id);
+      if (shown === null) fail(`getting-started: block #${id} not on the page`);
+      else if (shown.replace(/\n$/, '') !== expected) fail(`getting-started: block #${id} differs from its source`);
+      else pass(`getting-started: block #${id} matches docs/getting-started.md`);
+    }
+    await page.click('label:has-text("After: stepwise")');
+    fs.mkdirSync(artifacts, { recursive: true });
+    await page.screenshot({ path: path.join(artifacts, 'getting-started.png'), fullPage: true });
+    pass(`screenshot ${path.join(artifacts, 'getting-started.png')}`);
+
+    // 3. Search finds "gradient_accumulation_steps" through the search UI.
+    await page.goto(base + 'index.html');
+    await page.keyboard.press('/');   // Material's search shortcut, as a reader would
+    await page.keyboard.type('gradient_accumulation_steps', { delay: 10 });
+    try {
+      await page.waitForSelector('.md-search-result__item', { timeout: 10000 });
+      const hits = await page.$$eval('.md-search-result__item a[href]', (as) => as.map((a) => a.href.split('#')[0]));
+      const exact = [];
+      for (const url of new Set(hits)) {
+        if ((await (await fetch(url)).text()).includes('gradient_accumulation_steps')) exact.push(url.slice(base.length));
+      }
+      if (exact.length) pass(`search "gradient_accumulation_steps": found on ${exact.join(', ')}`);
+      else fail('search "gradient_accumulation_steps": results, but none on a page with that word');
+    } catch {
+      fail('search "gradient_accumulation_steps": no results');
+    }
+
+    // 4. The API reference page for Engine::backward is reachable from the nav.
+    await page.goto(base + 'index.html');
+    await page.click('nav.md-nav--primary a.md-nav__link:has-text("C++ API reference")');
+    await page.click('.toctree-wrapper a:has-text("Engine")');
+    const backward = await page.waitForSelector('[id^="_CPPv4N8stepwise6Engine8backward"]', { timeout: 10000 })
+      .catch(() => null);
+    if (backward && await backward.isVisible()) pass(`API reference: Engine::backward at ${page.url().slice(base.length)}`);
+    else fail(`API reference: no Engine::backward entry reachable from the nav (ended at ${page.url()})`);
+
+    // 5. No broken internal link or anchor (every HTML page of the site, crawled).
+    const seen = new Map(); // url -> Set of ids, or null if missing
+    const queue = [base + 'index.html'];
+    const links = [];
+    while (queue.length) {
+      const url = queue.shift();
+      if (seen.has(url)) continue;
+      const res = await fetch(url);
+      if (!res.ok) { seen.set(url, null); continue; }
+      const html = await res.text();
+      seen.set(url, new Set([...html.matchAll(/\sid="([^"]+)"/g)].map((m) => m[1])));
+      for (const m of html.matchAll(/\shref="([^"]+)"/g)) {
+        const target = new URL(m[1].replace(/&amp;/g, '&'), url);
+        if (target.origin !== new URL(base).origin) continue;
+        const page = target.href.split('#')[0];
+        links.push({ from: url, page, hash: decodeURIComponent(target.hash.slice(1)) });
+        if (page.endsWith('.html') && !seen.has(page)) queue.push(page);
+        else if (!page.endsWith('.html') && !seen.has(page)) seen.set(page, (await fetch(page)).ok ? new Set() : null);
+      }
+    }
+    let broken = 0;
+    for (const l of links) {
+      const ids = seen.get(l.page);
+      const bad = ids === null ? 'missing page' : (l.hash && l.page.endsWith('.html') && !ids.has(l.hash) ? `missing #${l.hash}` : '');
+      if (bad && broken++ < 20) fail(`broken link in ${l.from.slice(base.length)}: ${l.page.slice(base.length)} (${bad})`);
+    }
+    if (!broken) pass(`internal links: ${links.length} links over ${seen.size} files, none broken`);
+  } finally {
+    await browser.close();
+    server.close();
+    fs.rmSync(profile, { recursive: true, force: true });
+  }
+  if (failures.length) {
+    console.log(`\n${failures.length} browser check(s) failed`);
+    process.exit(1);
+  }
+  console.log('\nall browser checks passed');
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });
