@@ -1,0 +1,1 @@
+// Compiles the precompiled LibTorch header once; see NOTE: [precompiled LibTorch].

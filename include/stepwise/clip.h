@@ -1,0 +1,26 @@
+// stepwise: the global L2 norm of gradients and clipping by it.
+//
+// Usage:
+//
+//   double norm = stepwise::clip_grad_norm(model->parameters(), /*max_norm=*/1.0);
+//   // gradients were multiplied by 1.0 / (norm + 1e-6) if norm > 1.0
+//
+// One host sync per call (the norm), not one per parameter.
+#pragma once
+
+#include <torch/types.h>
+
+#include <vector>
+
+namespace stepwise {
+
+/// L2 norm over all defined gradients of `params`, computed in fp32 or wider.
+/// Returns 0 when no parameter has a gradient.
+double global_grad_norm(const std::vector<torch::Tensor>& params);
+
+/// Computes the global norm and, if `max_norm` > 0, multiplies every gradient
+/// by coef = max_norm / (norm + 1e-6) when coef < 1 (DeepSpeed's rule).
+/// Returns the norm before clipping.
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+}  // namespace stepwise

@@ -1,0 +1,155 @@
+// stepwise: the training engine. Four facts decide whether a loop is correct.
+//
+// Usage:
+//
+//   auto engine = stepwise::initialize(model, stepwise::Config::from_file("ds_config.json"));
+//   for (auto& batch : loader) {                      // every MICRO-batch
+//     auto loss = torch::mse_loss(model->forward(batch.data), batch.target);
+//     torch::Tensor shown = engine.backward(loss);    // 1. returns loss / GAS
+//     engine.step();                                  // 4. after EVERY micro-batch
+//   }
+//   // 2. do NOT divide the loss by GAS yourself: backward() does.
+//   // 3. do NOT call optimizer.step(), zero_grad(), clip_grad_norm_ or
+//   //    scheduler.step(): step() does all four, at the accumulation boundary.
+//
+// Differences from DeepSpeed are listed on the docs site ("Differences from
+// DeepSpeed"); the behavioural contract is SEMANTICS.md.
+#pragma once
+
+#include <stepwise/accumulation.h>
+#include <stepwise/config.h>
+#include <stepwise/errors.h>
+#include <stepwise/lr_schedules.h>
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/schedulers/lr_scheduler.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace stepwise {
+
+/// Per-call options of Engine::backward.
+struct BackwardOptions {
+  /// Divide the loss by GAS (unset: the config's stepwise.scale_wrt_gas, default true).
+  TORCH_ARG(std::optional<bool>, scale_wrt_gas) = std::nullopt;
+};
+
+/// A model, its optimizer and LR scheduler, driven by a DeepSpeed config.
+/// Create it with stepwise::initialize.
+class Engine {
+ public:
+  /// Prefer stepwise::initialize. Takes ownership of the optimizer and scheduler
+  /// (either may be null: then the config's section is used).
+  Engine(std::shared_ptr<torch::nn::Module> model, Config config,
+         std::unique_ptr<torch::optim::Optimizer> client_optimizer,
+         std::unique_ptr<torch::optim::LRScheduler> client_scheduler);
+  Engine(Engine&&) = default;
+  Engine& operator=(Engine&&) = default;
+
+  /// Backpropagates `loss / GAS` and returns that divided loss, detached.
+  ///
+  /// FACT 1: the return value is the loss DIVIDED by gradient_accumulation_steps
+  /// (log `loss`, not the return value, if you want the micro-batch loss).
+  /// FACT 2: the engine divides by GAS itself: pass the plain mean loss; do not
+  /// divide it yourself. Gradients accumulate across micro-batches, so at the
+  /// boundary they are the mean over the GAS micro-batches.
+  /// `loss` must be a defined, floating-point, 0-dim tensor that requires grad.
+  /// With strict cadence, calling backward() twice without step() in between
+  /// throws UsageError.
+  torch::Tensor backward(const torch::Tensor& loss, const BackwardOptions& options = {});
+
+  /// Call after EVERY micro-batch's backward() (FACT 4).
+  ///
+  /// Off the accumulation boundary it only counts the micro-step. At the
+  /// boundary ((micro_steps + 1) % GAS == 0) it computes the global gradient
+  /// norm, clips (gradient_clipping), steps the optimizer, zeroes the
+  /// gradients, and steps the LR scheduler (FACT 3: the user must not call
+  /// scheduler.step() or optimizer.step()). Throws UsageError when no
+  /// backward() preceded it (strict cadence) or when the engine's scheduler
+  /// was stepped by someone else.
+  void step();
+
+  /// Ends a partial accumulation window (end of an epoch): if k in 1..GAS-1
+  /// micro-batches are pending, rescales their gradients by GAS / k (so they
+  /// are the mean over the k micro-batches seen) and takes a boundary step.
+  /// Returns whether a step was taken. DeepSpeed has no such call: without it
+  /// the remainder carries into the next window.
+  bool flush();
+
+  /// Whether the NEXT step() call is at the accumulation boundary.
+  bool is_gradient_accumulation_boundary() const { return accumulator_.is_boundary(); }
+  /// Optimizer steps taken or skipped (+1 at every boundary).
+  int64_t global_steps() const { return accumulator_.global_steps(); }
+  /// step() calls so far (+1 each call).
+  int64_t micro_steps() const { return accumulator_.micro_steps(); }
+  /// Boundaries whose optimizer step was skipped (fp16 overflow).
+  int64_t skipped_steps() const { return accumulator_.skipped_steps(); }
+  /// Samples consumed by boundary steps, over all ranks.
+  int64_t global_samples() const { return accumulator_.global_samples(); }
+  /// Whether the last step() (or flush()) call stepped the optimizer: false
+  /// after a step() off the boundary, as in DeepSpeed.
+  bool was_step_applied() const { return was_step_applied_; }
+  /// The current lr of every parameter group.
+  std::vector<double> get_lr() const;
+  /// Global L2 norm of the gradients at the last boundary, before clipping.
+  double global_grad_norm() const { return global_grad_norm_; }
+
+  /// The resolved batch sizes.
+  const BatchSizes& batch_sizes() const { return sizes_; }
+  int64_t train_batch_size() const { return sizes_.train_batch_size; }
+  int64_t train_micro_batch_size_per_gpu() const { return sizes_.micro_batch; }
+  int64_t gradient_accumulation_steps() const { return sizes_.gradient_accumulation_steps; }
+
+  /// The optimizer the engine steps.
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  /// The LR scheduler the engine steps, or null.
+  torch::optim::LRScheduler* lr_scheduler() { return scheduler_.get(); }
+  /// The model.
+  torch::nn::Module& module() { return *model_; }
+  /// The parsed configuration.
+  const Config& config() const { return config_; }
+
+ private:
+  void boundary_step(int64_t samples, bool flushing);
+  void check_scheduler_not_stepped_elsewhere() const;
+  void print_progress() const;
+
+  std::shared_ptr<torch::nn::Module> model_;
+  Config config_;
+  BatchSizes sizes_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<torch::optim::LRScheduler> scheduler_;
+  int64_t scheduler_steps_at_start_ = 0;
+  int64_t scheduler_steps_taken_ = 0;
+  Accumulator accumulator_;
+  bool was_step_applied_ = false;
+  double global_grad_norm_ = 0.0;
+  std::chrono::steady_clock::duration backward_time_{};
+  std::chrono::steady_clock::duration step_time_{};
+};
+
+/// Creates an engine for `model` from `config`. `optimizer` / `lr_scheduler`
+/// are client objects that replace the config's sections (a config section and
+/// a client object for the same role is a ConfigError). A client scheduler
+/// must drive the engine's optimizer; the engine steps it, not you.
+Engine initialize(std::shared_ptr<torch::nn::Module> model, Config config,
+                  std::unique_ptr<torch::optim::Optimizer> optimizer = nullptr,
+                  std::unique_ptr<torch::optim::LRScheduler> lr_scheduler = nullptr);
+
+/// Overload for module holders such as torch::nn::Linear or TORCH_MODULE types.
+template <typename ModuleImpl>
+Engine initialize(const torch::nn::ModuleHolder<ModuleImpl>& model, Config config,
+                  std::unique_ptr<torch::optim::Optimizer> optimizer = nullptr,
+                  std::unique_ptr<torch::optim::LRScheduler> lr_scheduler = nullptr) {
+  return initialize(model.ptr(), std::move(config), std::move(optimizer), std::move(lr_scheduler));
+}
+
+}  // namespace stepwise

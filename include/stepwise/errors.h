@@ -1,0 +1,50 @@
+// stepwise: the error types every user-facing check throws.
+//
+// Usage:
+//
+//   try {
+//     auto config = stepwise::Config::from_string(R"({"train_batch_size": 0})");
+//   } catch (const stepwise::ConfigError& e) {
+//     std::cerr << e.what() << "\n";  // names the JSON path, the value, the fix
+//   }
+//
+// Two kinds: `ConfigError` for a bad configuration (a JSON key, a value, an
+// option), `UsageError` for a training loop that calls the engine in an order
+// that would silently give wrong weights (the guard rails).
+#pragma once
+
+#include <c10/util/StringUtil.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace stepwise {
+
+/// A configuration value is missing, unknown, of the wrong type, out of range
+/// or inconsistent with another. The message names the JSON path (for
+/// example `optimizer.params.lr`), the value given and what would be valid.
+class ConfigError : public std::invalid_argument {
+ public:
+  /// Builds the error from its full message.
+  explicit ConfigError(const std::string& message) : std::invalid_argument(message) {}
+};
+
+/// The training loop called the engine in an order that breaks the contract
+/// (for example `backward()` twice without `step()`). The message says what to
+/// change and where the docs explain it.
+class UsageError : public std::logic_error {
+ public:
+  /// Builds the error from its full message.
+  explicit UsageError(const std::string& message) : std::logic_error(message) {}
+};
+
+}  // namespace stepwise
+
+/// Throws `ErrorType` with the concatenation of the remaining arguments when
+/// `cond` is false. Like TORCH_CHECK, but with our error types.
+#define STEPWISE_CHECK(cond, ErrorType, ...)    \
+  do {                                          \
+    if (!(cond)) {                              \
+      throw ErrorType(::c10::str(__VA_ARGS__)); \
+    }                                           \
+  } while (false)

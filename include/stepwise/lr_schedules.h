@@ -1,0 +1,201 @@
+// stepwise: DeepSpeed's learning-rate schedules as LibTorch LRSchedulers.
+//
+// Usage:
+//
+//   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(0.1));
+//   stepwise::WarmupLR scheduler(optimizer, stepwise::WarmupLROptions()
+//                                               .warmup_max_lr(0.01)
+//                                               .warmup_num_steps(100));
+//   // optimizer's lr is now schedule(0); after the k-th scheduler.step() it is
+//   // schedule(k). Inside a stepwise::Engine, the ENGINE calls step() at each
+//   // applied optimizer step: do not call it yourself.
+//
+// The formulas are DeepSpeed's (deepspeed/runtime/lr_schedules.py, v0.14) as
+// functions of `lbi` (DeepSpeed's last_batch_iteration). `lr_at(lbi)` exposes
+// them directly.
+//
+// NOTE: [step mapping] PyTorch's LRScheduler convention: the constructor sets
+// lr = schedule(0); the k-th step() sets lr = schedule(k). So optimizer step k
+// (k = 1, 2, ...) runs with schedule(k - 1). DeepSpeed v0.14 instead runs the
+// first optimizer step with the optimizer's own lr.
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/schedulers/lr_scheduler.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace stepwise {
+
+/// How a warmup ramps from its minimum to its maximum.
+enum class WarmupType { kLog, kLinear };
+
+/// Parses "log" or "linear"; anything else is a ConfigError naming `path`.
+WarmupType parse_warmup_type(const std::string& value, const std::string& path);
+/// "log" or "linear".
+std::string to_string(WarmupType type);
+
+/// Options of WarmupLR (DeepSpeed's defaults).
+struct WarmupLROptions {
+  TORCH_ARG(double, warmup_min_lr) = 0.0;
+  TORCH_ARG(double, warmup_max_lr) = 1e-3;
+  TORCH_ARG(int64_t, warmup_num_steps) = 1000;
+  TORCH_ARG(WarmupType, warmup_type) = WarmupType::kLog;
+};
+
+/// Options of WarmupDecayLR: WarmupLR, then a linear decay to 0 at total_num_steps.
+struct WarmupDecayLROptions {
+  TORCH_ARG(int64_t, total_num_steps) = 0;
+  TORCH_ARG(double, warmup_min_lr) = 0.0;
+  TORCH_ARG(double, warmup_max_lr) = 1e-3;
+  TORCH_ARG(int64_t, warmup_num_steps) = 1000;
+  TORCH_ARG(WarmupType, warmup_type) = WarmupType::kLog;
+};
+
+/// Options of WarmupCosineLR: ratios of the optimizer's own lr.
+struct WarmupCosineLROptions {
+  TORCH_ARG(int64_t, total_num_steps) = 0;
+  TORCH_ARG(double, warmup_min_ratio) = 0.0;
+  TORCH_ARG(int64_t, warmup_num_steps) = 1000;
+  TORCH_ARG(double, cos_min_ratio) = 1e-4;
+  TORCH_ARG(WarmupType, warmup_type) = WarmupType::kLog;
+};
+
+/// Options of OneCycle (1cycle policy, with momentum cycling for Adam-style betas).
+struct OneCycleOptions {
+  TORCH_ARG(double, cycle_min_lr) = 0.0;
+  TORCH_ARG(double, cycle_max_lr) = 0.0;
+  TORCH_ARG(double, decay_lr_rate) = 0.0;
+  TORCH_ARG(int64_t, cycle_first_step_size) = 2000;
+  /// Unset (<= 0) means equal to cycle_first_step_size.
+  TORCH_ARG(int64_t, cycle_second_step_size) = 0;
+  TORCH_ARG(int64_t, decay_step_size) = 0;
+  TORCH_ARG(bool, cycle_momentum) = true;
+  TORCH_ARG(double, cycle_min_mom) = 0.8;
+  TORCH_ARG(double, cycle_max_mom) = 0.9;
+  TORCH_ARG(double, decay_mom_rate) = 0.0;
+};
+
+/// Options of LRRangeTest: lr grows from lr_range_test_min_lr by step_rate per step_size.
+struct LRRangeTestOptions {
+  TORCH_ARG(double, lr_range_test_min_lr) = 1e-3;
+  TORCH_ARG(int64_t, lr_range_test_step_size) = 2000;
+  TORCH_ARG(double, lr_range_test_step_rate) = 1.0;
+  TORCH_ARG(bool, lr_range_test_staircase) = false;
+};
+
+/// Base of stepwise's schedules: a torch::optim::LRScheduler whose lr is a pure
+/// function of `lbi`, with the step mapping of NOTE: [step mapping].
+class Schedule : public torch::optim::LRScheduler {
+ public:
+  /// The schedule's name as in DeepSpeed's config ("WarmupLR", ...).
+  virtual std::string name() const = 0;
+  /// The lr of every parameter group at last_batch_iteration `lbi` (>= 0).
+  virtual std::vector<double> lr_at(int64_t lbi) const = 0;
+  /// How many times step() was called since construction.
+  int64_t step_count() const { return step_count_; }
+
+ protected:
+  explicit Schedule(torch::optim::Optimizer& optimizer);
+  /// Sets every group's lr to lr_at(0): call at the end of a derived constructor.
+  void start();
+  /// Hook after the lrs were computed for `lbi` (OneCycle sets momentum here).
+  virtual void on_lbi(int64_t /*lbi*/) {}
+  std::vector<double> get_lrs() override;
+  torch::optim::Optimizer& optimizer_;
+  /// Each group's lr when the schedule was created.
+  std::vector<double> base_lrs_;
+};
+
+/// lr = min + (max - min) * gamma, gamma rising to 1 over warmup_num_steps.
+class WarmupLR : public Schedule {
+ public:
+  /// Sets the optimizer's lr to schedule(0).
+  WarmupLR(torch::optim::Optimizer& optimizer, const WarmupLROptions& options);
+  std::string name() const override { return "WarmupLR"; }
+  std::vector<double> lr_at(int64_t lbi) const override;
+
+ protected:
+  WarmupLR(torch::optim::Optimizer& optimizer, const WarmupLROptions& options, bool);
+  /// Warmup fraction in [0, 1] at `lbi`; derived classes add a decay.
+  virtual double gamma(int64_t lbi) const;
+  double warmup_gamma(int64_t lbi) const;
+  WarmupLROptions options_;
+};
+
+/// WarmupLR, then gamma = max(0, (T - lbi) / max(1, T - warmup_num_steps)).
+class WarmupDecayLR : public WarmupLR {
+ public:
+  /// Sets the optimizer's lr to schedule(0).
+  WarmupDecayLR(torch::optim::Optimizer& optimizer, const WarmupDecayLROptions& options);
+  std::string name() const override { return "WarmupDecayLR"; }
+
+ protected:
+  double gamma(int64_t lbi) const override;
+  int64_t total_num_steps_;
+};
+
+/// Warmup from warmup_min_ratio to 1, then cosine to cos_min_ratio, times the
+/// optimizer's own lr.
+class WarmupCosineLR : public Schedule {
+ public:
+  /// Sets the optimizer's lr to schedule(0).
+  WarmupCosineLR(torch::optim::Optimizer& optimizer, const WarmupCosineLROptions& options);
+  std::string name() const override { return "WarmupCosineLR"; }
+  std::vector<double> lr_at(int64_t lbi) const override;
+  /// The multiplier of the optimizer's own lr at `lbi`.
+  double ratio_at(int64_t lbi) const;
+
+ private:
+  WarmupCosineLROptions options_;
+};
+
+/// The 1cycle policy: lr up then down over one cycle, then decay; momentum
+/// (beta1 of Adam/AdamW) cycles inversely. Optimizers without betas (SGD) keep
+/// their momentum, as in DeepSpeed, with a warning.
+class OneCycle : public Schedule {
+ public:
+  /// Sets the optimizer's lr to schedule(0) (and beta1 to cycle_max_mom... at lbi 0).
+  OneCycle(torch::optim::Optimizer& optimizer, const OneCycleOptions& options);
+  std::string name() const override { return "OneCycle"; }
+  std::vector<double> lr_at(int64_t lbi) const override;
+  /// The momentum (beta1) at `lbi`.
+  double momentum_at(int64_t lbi) const;
+  /// Whether beta1 is cycled (false for optimizers without betas).
+  bool cycles_momentum() const { return cycle_momentum_; }
+
+ protected:
+  void on_lbi(int64_t lbi) override;
+
+ private:
+  double scale_factor(int64_t lbi) const;
+  OneCycleOptions options_;
+  double total_size_;
+  double step_ratio_;
+  bool cycle_momentum_;
+};
+
+/// lr = min_lr * (1 + step_rate * interval), interval = (lbi + 1) / step_size
+/// (floored when staircase).
+class LRRangeTest : public Schedule {
+ public:
+  /// Sets the optimizer's lr to schedule(0).
+  LRRangeTest(torch::optim::Optimizer& optimizer, const LRRangeTestOptions& options);
+  std::string name() const override { return "LRRangeTest"; }
+  std::vector<double> lr_at(int64_t lbi) const override;
+
+ private:
+  LRRangeTestOptions options_;
+};
+
+/// The lr of every parameter group of `optimizer`.
+std::vector<double> current_lrs(torch::optim::Optimizer& optimizer);
+
+/// How many times step() was called on any torch::optim::LRScheduler.
+int64_t scheduler_step_count(const torch::optim::LRScheduler& scheduler);
+
+}  // namespace stepwise

@@ -1,0 +1,15 @@
+// stepwise: everything, in one include.
+//
+// Usage:
+//
+//   #include <stepwise/stepwise.h>
+//   auto engine = stepwise::initialize(model, stepwise::Config::from_file("ds_config.json"));
+#pragma once
+
+#include <stepwise/accumulation.h>
+#include <stepwise/clip.h>
+#include <stepwise/config.h>
+#include <stepwise/engine.h>
+#include <stepwise/errors.h>
+#include <stepwise/lr_schedules.h>
+#include <stepwise/optimizers.h>
