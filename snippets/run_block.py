@@ -43,13 +43,15 @@ def run(args):
         actual = capture.read_text() if args.capture and capture.exists() else ("" if args.capture else stdout)
     if args.capture and stdout:
         sys.stdout.write(stdout)  # doctest's own report
-    pathlib.Path(args.actual).write_text(actual)
+    actual_file = pathlib.Path(args.actual)
+    actual_file.unlink(missing_ok=True)
     if args.capture and not ran:
         print("the fragment's test case did not run (wrong --test-case filter?)")
         return 1
     if proc.returncode != 0:
         print(f"block exited with status {proc.returncode}; its output:\n{actual}")
         return 1
+    actual_file.write_text(actual)  # what tools/docs-update-output copies into the page
     if not args.expected:
         if actual:
             print("the block prints but has no output block after it; add\n"
