@@ -32,7 +32,7 @@ def fragments_tu(page, frags):
     out = [HEADER.format(page=page), '#include "support.h"\n']
     out += [f'#include "contexts/{c}.h"\n' for c in contexts]
     for b in frags:
-        out.append(f'\nTEST_CASE_FIXTURE({b.attrs["context"]}_context, "{b.id}") {{\n'
+        out.append(f'\n#line {b.line} "{b.page}"\nTEST_CASE_FIXTURE({b.attrs["context"]}_context, "{b.id}") {{\n'
                    f"stepwise_snippets::Capture snippet_capture_;\n{body(b)}}}\n")
     return "".join(out)
 

@@ -11,7 +11,11 @@
 
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <iostream>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
