@@ -14,6 +14,8 @@ struct Row {
   BatchSizes expected;
 };
 
+void PrintTo(const Row& row, std::ostream* os) { *os << row.name; }
+
 class BatchSizeTable : public ::testing::TestWithParam<Row> {};
 
 TEST_P(BatchSizeTable, ResolvesTheMissingValues) {

@@ -91,6 +91,8 @@ struct ErrorCase {
   const char* message;
 };
 
+void PrintTo(const ErrorCase& c, std::ostream* os) { *os << c.name; }
+
 class ConfigErrors : public ::testing::TestWithParam<ErrorCase> {};
 
 TEST_P(ConfigErrors, MessageNamesPathValueAndFix) {
