@@ -1,6 +1,6 @@
 // Browser test of the built docs site (headless Debian chromium via playwright-core).
 //
-//   node tests/browser/site_test.mjs [SITE_DIR]      (default: site/, built by tools/docs-check)
+//   node tests/browser/site_test.mjs [SITE_DIR]   (default build/docs/site, built by tools/docs-check site)
 //
 // Serves SITE_DIR on 127.0.0.1 (a free port), then checks: every nav page renders without
 // console errors; the getting-started loop block is on the page and equals its source in
@@ -16,7 +16,7 @@ import path from 'node:path';
 import { chromium } from 'playwright-core';
 
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..', '..');
-const siteDir = path.resolve(process.argv[2] || path.join(root, 'site'));
+const siteDir = path.resolve(process.argv[2] || path.join(root, 'build', 'docs', 'site'));
 const artifacts = path.resolve(process.env.STEPWISE_ARTIFACTS || path.join(root, 'build', 'artifacts'));
 const failures = [];
 const fail = (msg) => { failures.push(msg); console.log(`FAIL ${msg}`); };
