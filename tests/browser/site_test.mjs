@@ -93,11 +93,15 @@ async function main() {
     pass(`screenshot ${path.join(artifacts, 'getting-started.png')}`);
 
     // 3. Search finds "gradient_accumulation_steps" through the search UI.
-    await page.goto(base + 'index.html');
+    await page.goto(base + 'index.html', { waitUntil: 'networkidle' });  // search index loaded
     await page.keyboard.press('/');   // Material's search shortcut, as a reader would
     await page.keyboard.type('gradient_accumulation_steps', { delay: 10 });
     try {
-      await page.waitForSelector('.md-search-result__item', { timeout: 10000 });
+      await page.waitForSelector('.md-search-result__item', { timeout: 5000 }).catch(async () => {
+        await page.fill('input.md-search__input', '');  // the worker was still indexing: type again
+        await page.keyboard.type('gradient_accumulation_steps', { delay: 10 });
+        await page.waitForSelector('.md-search-result__item', { timeout: 15000 });
+      });
       const hits = await page.$$eval('.md-search-result__item a[href]', (as) => as.map((a) => a.href.split('#')[0]));
       const exact = [];
       for (const url of new Set(hits)) {
