@@ -20,6 +20,7 @@ HIDDEN = "//~"
 CPP_LANGS = {"cpp", "c++", "cxx"}
 KINDS = ("program", "fragment", "compile-fail", "no-compile")
 REQUIRED = {"fragment": "context", "compile-fail": "expect", "no-compile": "reason"}
+OUTPUT_KEYS = {"for", "tolerance", "plot"}
 KNOWN_KEYS = {"context", "expect", "reason", "for", "tolerance", "before", "title"}
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 CONTEXT_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -145,6 +146,11 @@ def check_page(blocks, contexts_dir):
         if b.is_output:
             if not b.attrs.get("for"):
                 errors.append((where, "output block without for=\"BLOCK-ID\""))
+            unknown = set(b.attrs) - OUTPUT_KEYS
+            if unknown:
+                errors.append((where, "unknown output attribute(s) " + ", ".join(sorted(unknown))))
+            if b.attrs.get("plot", "lr") != "lr":
+                errors.append((where, f"plot={b.attrs['plot']!r}: the only plot kind is \"lr\""))
             continue
         if not b.is_cpp:
             continue

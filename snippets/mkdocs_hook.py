@@ -2,7 +2,8 @@
 
 - C++ blocks lose their metadata and hidden `//~` lines; a collapsed "full source" box
   below the block shows the hidden lines to readers who want them.
-- Output blocks get an "Output" caption; compile-fail and no-compile blocks a label.
+- Output blocks get an "Output" caption (and, with `plot="lr"`, an SVG chart per line,
+  snippets/plot.py); compile-fail and no-compile blocks a label.
 - Invalid blocks are logged as warnings, so `mkdocs build --strict` fails on them.
 - The C++ API reference (Sphinx + Breathe HTML, built before MkDocs into
   $STEPWISE_API_HTML, default build/docs/api) is added to the site as api/, so links to it
@@ -15,6 +16,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import blocks as B  # noqa: E402
+import plot  # noqa: E402
 
 from mkdocs.structure.files import File  # noqa: E402
 
@@ -31,7 +33,10 @@ def _render(block):
     """The markdown lines that replace one block."""
     i = block.indent
     if block.is_output:
-        return [f"{i}Output", f"{i}{{: .sw-output-label }}", ""] + _fence(block, "{.text .sw-output}", block.lines)
+        out = [f"{i}Output", f"{i}{{: .sw-output-label }}", ""] + _fence(block, "{.text .sw-output}", block.lines)
+        if block.attrs.get("plot") == "lr":  # drawn from the verified output, at build time
+            out += ["", i + plot.lr_charts(block.lines), ""]
+        return out
     if not (block.is_cpp and block.kind):
         return None
     out = _fence(block, f"{{.cpp #snippet-{block.id}}}", block.shown_lines())

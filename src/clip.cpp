@@ -25,9 +25,8 @@ double global_grad_norm(const std::vector<torch::Tensor>& params) {
   return sq.defined() ? std::sqrt(sq.item<double>()) : 0.0;
 }
 
-double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+void clip_grads_with_norm(const std::vector<torch::Tensor>& params, double norm, double max_norm) {
   torch::NoGradGuard no_grad;
-  const double norm = global_grad_norm(params);
   // DeepSpeed's rule: coef = max_norm / (norm + 1e-6), applied when below 1.
   const double coef = max_norm > 0.0 ? max_norm / (norm + 1e-6) : 1.0;
   if (coef < 1.0) {
@@ -35,6 +34,11 @@ double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm)
       if (p.grad().defined()) p.grad().mul_(coef);
     }
   }
+}
+
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  const double norm = global_grad_norm(params);
+  clip_grads_with_norm(params, norm, max_norm);
   return norm;
 }
 

@@ -13,17 +13,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& model) {
-  std::vector<torch::Tensor> out;
-  for (auto& p : model.parameters()) {
-    if (p.requires_grad()) out.push_back(p);
-  }
-  return out;
+torch::nn::Module& non_null(const std::shared_ptr<torch::nn::Module>& model) {
+  STEPWISE_CHECK(model != nullptr, ConfigError, "stepwise::initialize got a null model");
+  return *model;
 }
 
 std::unique_ptr<torch::optim::Optimizer> choose_optimizer(
     const Config& config, std::unique_ptr<torch::optim::Optimizer> client,
     const std::vector<torch::Tensor>& params) {
+  STEPWISE_CHECK(!client || !(config.fp16.enabled || config.bf16.enabled), ConfigError,
+                 "a client optimizer cannot be combined with ",
+                 (config.fp16.enabled ? "fp16" : "bf16"),
+                 ".enabled: the engine must build the optimizer over its fp32 master weights; "
+                 "use the config's \"optimizer\" section instead");
   STEPWISE_CHECK(!(client && config.optimizer), ConfigError,
                  "both a client optimizer and an \"optimizer\" config section (type \"",
                  config.optimizer ? config.optimizer->type : "",
@@ -51,16 +53,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
     : model_(std::move(model)),
       config_(std::move(config)),
       sizes_(config_.resolve_batch_sizes(/*world_size=*/1)),
+      precision_(config_, non_null(model_)),
       accumulator_(sizes_.gradient_accumulation_steps, config_.stepwise.strict_cadence) {
-  STEPWISE_CHECK(model_ != nullptr, ConfigError, "stepwise::initialize got a null model");
-  STEPWISE_CHECK(!config_.fp16.enabled && !config_.bf16.enabled, ConfigError,
-                 (config_.fp16.enabled ? "fp16" : "bf16"),
-                 ".enabled is true, but mixed precision is not implemented in this version of "
-                 "stepwise; set it to false (train in fp32)");
-  params_ = trainable_parameters(*model_);
-  STEPWISE_CHECK(!params_.empty(), ConfigError,
-                 "the model has no parameters that require grad; nothing to train");
-  optimizer_ = choose_optimizer(config_, std::move(client_optimizer), params_);
+  optimizer_ =
+      choose_optimizer(config_, std::move(client_optimizer), precision_.optimizer_params());
   STEPWISE_CHECK(!(client_scheduler && config_.scheduler), ConfigError,
                  "both a client LR scheduler and a \"scheduler\" config section (type \"",
                  config_.scheduler ? config_.scheduler->type : "",
@@ -93,7 +89,7 @@ torch::Tensor Engine::backward(const torch::Tensor& loss, const BackwardOptions&
   // FACT 1 and 2: the engine divides by GAS and returns what it backpropagated.
   torch::Tensor scaled =
       scale ? loss / static_cast<double>(sizes_.gradient_accumulation_steps) : loss;
-  scaled.backward();
+  precision_.scale_loss(scaled).backward();  // * S inside for fp16; never in the return
   backward_time_ += Clock::now() - start;
   return scaled.detach();
 }
@@ -117,7 +113,7 @@ void Engine::step() {
     accumulator_.on_step(false, false, 0);
     return;
   }
-  boundary_step(sizes_.train_batch_size, /*flushing=*/false);
+  boundary_step(sizes_.train_batch_size, /*grad_factor=*/1.0, /*flushing=*/false);
 }
 
 bool Engine::flush() {
@@ -128,35 +124,35 @@ bool Engine::flush() {
   check_scheduler_not_stepped_elsewhere();
   const int64_t k = accumulator_.pending();
   if (k == 0) return false;
-  {
-    // The k pending micro-batches were each divided by GAS: make it a mean over k.
-    torch::NoGradGuard no_grad;
-    const double factor =
-        static_cast<double>(sizes_.gradient_accumulation_steps) / static_cast<double>(k);
-    for (auto& p : params_) {
-      if (p.grad().defined()) p.grad().mul_(factor);
-    }
-  }
-  boundary_step(k * sizes_.micro_batch * sizes_.world_size, /*flushing=*/true);
+  // The k pending micro-batches were each divided by GAS: make it a mean over k.
+  const double factor =
+      static_cast<double>(sizes_.gradient_accumulation_steps) / static_cast<double>(k);
+  boundary_step(k * sizes_.micro_batch * sizes_.world_size, factor, /*flushing=*/true);
   return true;
 }
 
-void Engine::boundary_step(int64_t samples, bool flushing) {
+void Engine::boundary_step(int64_t samples, double grad_factor, bool flushing) {
   const auto start = Clock::now();
-  global_grad_norm_ = clip_grad_norm(params_, config_.gradient_clipping);
-  optimizer_->step();
-  for (auto& p : params_) {
-    p.mutable_grad() = torch::Tensor();  // set_to_none
+  // Unscale (fp16) and check for overflow; one host sync for the norm and the flag.
+  const GradientStats stats = precision_.unscale_and_check(grad_factor);
+  global_grad_norm_ = stats.norm;
+  const bool skip = stats.overflow;  // an fp16 overflow skips the optimizer AND the scheduler
+  if (!skip) {
+    clip_grads_with_norm(precision_.optimizer_params(), stats.norm, config_.gradient_clipping);
+    optimizer_->step();
+    precision_.copy_to_model();
   }
-  if (scheduler_) {
+  precision_.zero_grads();  // set_to_none, also after a skipped step
+  if (scheduler_ && !skip) {
     scheduler_->step();
     scheduler_steps_taken_ += 1;
   }
-  was_step_applied_ = true;
+  precision_.finish_boundary(skip);
+  was_step_applied_ = !skip;
   if (flushing) {
-    accumulator_.on_flush(false, samples);
+    accumulator_.on_flush(skip, samples);
   } else {
-    accumulator_.on_step(true, false, samples);
+    accumulator_.on_step(true, skip, samples);
   }
   step_time_ += Clock::now() - start;
   if (global_steps() % config_.steps_per_print == 0) print_progress();

@@ -46,11 +46,17 @@ class Accumulator {
   /// Whether a backward() is waiting for its step().
   bool awaiting_step() const { return awaiting_step_; }
 
+  /// Micro-batches per optimizer step.
   int64_t gas() const { return gas_; }
+  /// step() calls so far.
   int64_t micro_steps() const { return micro_steps_; }
+  /// Boundaries reached, skipped ones included.
   int64_t global_steps() const { return global_steps_; }
+  /// Boundaries whose optimizer step was skipped.
   int64_t skipped_steps() const { return skipped_steps_; }
+  /// Samples of all boundary steps.
   int64_t global_samples() const { return global_samples_; }
+  /// Whether the cadence checks are on.
   bool strict_cadence() const { return strict_cadence_; }
 
  private:

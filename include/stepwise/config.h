@@ -35,21 +35,33 @@ namespace stepwise {
 /// NOTE: [Adam means AdamW] As in DeepSpeed, `"type": "Adam"` applies weight
 /// decay decoupled (AdamW) unless `"adam_w_mode": false`.
 struct OptimizerConfig {
+  /// The type name as in DeepSpeed's config.
   std::string type;
+  /// Learning rate (optimizer.params.lr).
   double lr = 1e-3;
+  /// Adam/AdamW (beta1, beta2).
   std::array<double, 2> betas{0.9, 0.999};
+  /// Adam/AdamW term added to the denominator.
   double eps = 1e-8;
+  /// Weight decay; decoupled for AdamW, and for Adam unless adam_w_mode is false.
   double weight_decay = 0.0;
+  /// Adam only: true (default) means decoupled weight decay, i.e. AdamW.
   bool adam_w_mode = true;
+  /// Adam/AdamW: the AMSGrad variant.
   bool amsgrad = false;
+  /// SGD momentum.
   double momentum = 0.0;
+  /// SGD dampening.
   double dampening = 0.0;
+  /// SGD Nesterov momentum.
   bool nesterov = false;
 };
 
 /// The `"scheduler"` section: its type name and typed parameters.
 struct SchedulerConfig {
+  /// The type name as in DeepSpeed's config.
   std::string type;
+  /// The typed parameters of that schedule.
   std::variant<WarmupLROptions, WarmupDecayLROptions, WarmupCosineLROptions, OneCycleOptions,
                LRRangeTestOptions>
       params;
@@ -57,18 +69,25 @@ struct SchedulerConfig {
 
 /// The `"fp16"` section (DeepSpeed's keys and defaults).
 struct Fp16Config {
+  /// Whether this precision is on.
   bool enabled = false;
   /// > 0: static scale; 0: dynamic.
   double loss_scale = 0.0;
+  /// Dynamic scaling starts at S = 2^initial_scale_power.
   int64_t initial_scale_power = 16;
+  /// Good steps since the last overflow before S doubles.
   int64_t loss_scale_window = 1000;
+  /// Overflows tolerated before S halves.
   int64_t hysteresis = 2;
+  /// Refill the hysteresis budget on every good step.
   bool consecutive_hysteresis = false;
+  /// S never goes below this; an overflow there is an error.
   double min_loss_scale = 1.0;
 };
 
 /// The `"bf16"` section.
 struct Bf16Config {
+  /// Whether this precision is on.
   bool enabled = false;
 };
 
@@ -82,17 +101,24 @@ struct StepwiseOptions {
 
 /// Batch sizes after SEMANTICS section 2: tb == micro_batch * gas * world_size.
 struct BatchSizes {
+  /// Samples per optimizer step over all ranks (tb).
   int64_t train_batch_size = 0;
+  /// Samples per micro-batch on one rank (mbs).
   int64_t micro_batch = 0;
+  /// Micro-batches per optimizer step (GAS).
   int64_t gradient_accumulation_steps = 0;
+  /// Data-parallel ranks (W).
   int64_t world_size = 1;
 };
 
 /// A whole configuration. Fields are std::optional where "not set" and a
 /// default differ (the batch sizes are derived from each other).
 struct Config {
+  /// train_batch_size, if set.
   std::optional<int64_t> train_batch_size;
+  /// train_micro_batch_size_per_gpu, if set.
   std::optional<int64_t> train_micro_batch_size_per_gpu;
+  /// gradient_accumulation_steps, if set.
   std::optional<int64_t> gradient_accumulation_steps;
   /// Clip the global L2 norm of the gradients to this value; 0 = off.
   double gradient_clipping = 0.0;
@@ -100,12 +126,17 @@ struct Config {
   int64_t steps_per_print = 10;
   /// Add time spent in backward() and step() to the progress line.
   bool wall_clock_breakdown = false;
+  /// The "optimizer" section, if present.
   std::optional<OptimizerConfig> optimizer;
+  /// The "scheduler" section, if present.
   std::optional<SchedulerConfig> scheduler;
+  /// The "fp16" section.
   Fp16Config fp16;
+  /// The "bf16" section.
   Bf16Config bf16;
   /// zero_optimization.stage: only 0 is supported.
   int64_t zero_stage = 0;
+  /// The "stepwise" section.
   StepwiseOptions stepwise;
 
   /// Parses a JSON text. Throws ConfigError on any problem.

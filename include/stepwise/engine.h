@@ -20,6 +20,7 @@
 #include <stepwise/config.h>
 #include <stepwise/errors.h>
 #include <stepwise/lr_schedules.h>
+#include <stepwise/precision.h>
 
 #include <torch/arg.h>
 #include <torch/nn/module.h>
@@ -50,7 +51,9 @@ class Engine {
   Engine(std::shared_ptr<torch::nn::Module> model, Config config,
          std::unique_ptr<torch::optim::Optimizer> client_optimizer,
          std::unique_ptr<torch::optim::LRScheduler> client_scheduler);
+  /// Movable (the optimizer and scheduler stay where they are).
   Engine(Engine&&) = default;
+  /// Move assignment.
   Engine& operator=(Engine&&) = default;
 
   /// Backpropagates `loss / GAS` and returns that divided loss, detached.
@@ -68,10 +71,12 @@ class Engine {
   /// Call after EVERY micro-batch's backward() (FACT 4).
   ///
   /// Off the accumulation boundary it only counts the micro-step. At the
-  /// boundary ((micro_steps + 1) % GAS == 0) it computes the global gradient
-  /// norm, clips (gradient_clipping), steps the optimizer, zeroes the
-  /// gradients, and steps the LR scheduler (FACT 3: the user must not call
-  /// scheduler.step() or optimizer.step()). Throws UsageError when no
+  /// boundary ((micro_steps + 1) % GAS == 0) it unscales the gradients (fp16),
+  /// computes the global gradient norm, clips (gradient_clipping), steps the
+  /// optimizer, sets the gradients to none, and steps the LR scheduler
+  /// (FACT 3: the user must not call scheduler.step() or optimizer.step()).
+  /// On an fp16 overflow it skips the optimizer AND the scheduler step, but
+  /// global_steps still advances and skipped_steps counts it. Throws UsageError when no
   /// backward() preceded it (strict cadence) or when the engine's scheduler
   /// was stepped by someone else.
   void step();
@@ -98,13 +103,22 @@ class Engine {
   bool was_step_applied() const { return was_step_applied_; }
   /// The current lr of every parameter group.
   std::vector<double> get_lr() const;
-  /// Global L2 norm of the gradients at the last boundary, before clipping.
+  /// Global L2 norm of the gradients at the last boundary, before clipping
+  /// (unscaled; inf or nan after an fp16 overflow).
   double global_grad_norm() const { return global_grad_norm_; }
+  /// The current fp16 loss scale S (1 in fp32 and bf16). backward() multiplies
+  /// by it internally; its return value never includes it.
+  double loss_scale() const { return precision_.loss_scale(); }
+  /// The precision policy (mode, master weights, loss scaler).
+  const Precision& precision() const { return precision_; }
 
   /// The resolved batch sizes.
   const BatchSizes& batch_sizes() const { return sizes_; }
+  /// Samples per optimizer step over all ranks.
   int64_t train_batch_size() const { return sizes_.train_batch_size; }
+  /// Samples per micro-batch on this rank.
   int64_t train_micro_batch_size_per_gpu() const { return sizes_.micro_batch; }
+  /// Micro-batches per optimizer step (GAS).
   int64_t gradient_accumulation_steps() const { return sizes_.gradient_accumulation_steps; }
 
   /// The optimizer the engine steps.
@@ -117,14 +131,14 @@ class Engine {
   const Config& config() const { return config_; }
 
  private:
-  void boundary_step(int64_t samples, bool flushing);
+  void boundary_step(int64_t samples, double grad_factor, bool flushing);
   void check_scheduler_not_stepped_elsewhere() const;
   void print_progress() const;
 
   std::shared_ptr<torch::nn::Module> model_;
   Config config_;
   BatchSizes sizes_;
-  std::vector<torch::Tensor> params_;
+  Precision precision_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<torch::optim::LRScheduler> scheduler_;
   int64_t scheduler_steps_at_start_ = 0;

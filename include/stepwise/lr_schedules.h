@@ -41,50 +41,77 @@ std::string to_string(WarmupType type);
 
 /// Options of WarmupLR (DeepSpeed's defaults).
 struct WarmupLROptions {
+  /// Lr at the start of the warmup (lbi 0).
   TORCH_ARG(double, warmup_min_lr) = 0.0;
+  /// Lr at the end of the warmup.
   TORCH_ARG(double, warmup_max_lr) = 1e-3;
+  /// Warmup length W in scheduler steps (>= 2 for log warmup).
   TORCH_ARG(int64_t, warmup_num_steps) = 1000;
+  /// Shape of the warmup: log (DeepSpeed default) or linear.
   TORCH_ARG(WarmupType, warmup_type) = WarmupType::kLog;
 };
 
 /// Options of WarmupDecayLR: WarmupLR, then a linear decay to 0 at total_num_steps.
 struct WarmupDecayLROptions {
+  /// Total scheduler steps T; must exceed warmup_num_steps.
   TORCH_ARG(int64_t, total_num_steps) = 0;
+  /// Lr at the start of the warmup (lbi 0).
   TORCH_ARG(double, warmup_min_lr) = 0.0;
+  /// Lr at the end of the warmup.
   TORCH_ARG(double, warmup_max_lr) = 1e-3;
+  /// Warmup length W in scheduler steps (>= 2 for log warmup).
   TORCH_ARG(int64_t, warmup_num_steps) = 1000;
+  /// Shape of the warmup: log (DeepSpeed default) or linear.
   TORCH_ARG(WarmupType, warmup_type) = WarmupType::kLog;
 };
 
 /// Options of WarmupCosineLR: ratios of the optimizer's own lr.
 struct WarmupCosineLROptions {
+  /// Total scheduler steps T; must exceed warmup_num_steps.
   TORCH_ARG(int64_t, total_num_steps) = 0;
+  /// Fraction of the optimizer lr at the start of the warmup.
   TORCH_ARG(double, warmup_min_ratio) = 0.0;
+  /// Warmup length W in scheduler steps (>= 2 for log warmup).
   TORCH_ARG(int64_t, warmup_num_steps) = 1000;
+  /// Fraction of the optimizer lr at the end of the cosine.
   TORCH_ARG(double, cos_min_ratio) = 1e-4;
+  /// Shape of the warmup: log (DeepSpeed default) or linear.
   TORCH_ARG(WarmupType, warmup_type) = WarmupType::kLog;
 };
 
 /// Options of OneCycle (1cycle policy, with momentum cycling for Adam-style betas).
 struct OneCycleOptions {
+  /// Lowest lr of the cycle, and the base of the decay.
   TORCH_ARG(double, cycle_min_lr) = 0.0;
+  /// Highest lr of the cycle.
   TORCH_ARG(double, cycle_max_lr) = 0.0;
+  /// Lr decay rate after the cycle.
   TORCH_ARG(double, decay_lr_rate) = 0.0;
+  /// Steps from cycle_min_lr up to cycle_max_lr.
   TORCH_ARG(int64_t, cycle_first_step_size) = 2000;
   /// Unset (<= 0) means equal to cycle_first_step_size.
   TORCH_ARG(int64_t, cycle_second_step_size) = 0;
+  /// Steps per decay interval after the cycle; 0 = no decay.
   TORCH_ARG(int64_t, decay_step_size) = 0;
+  /// Cycle beta1 inversely to the lr (Adam/AdamW only).
   TORCH_ARG(bool, cycle_momentum) = true;
+  /// Lowest momentum (at the lr peak).
   TORCH_ARG(double, cycle_min_mom) = 0.8;
+  /// Highest momentum (at the cycle ends).
   TORCH_ARG(double, cycle_max_mom) = 0.9;
+  /// Momentum growth rate after the cycle.
   TORCH_ARG(double, decay_mom_rate) = 0.0;
 };
 
 /// Options of LRRangeTest: lr grows from lr_range_test_min_lr by step_rate per step_size.
 struct LRRangeTestOptions {
+  /// Lr at the start of the test.
   TORCH_ARG(double, lr_range_test_min_lr) = 1e-3;
+  /// Steps per interval of growth.
   TORCH_ARG(int64_t, lr_range_test_step_size) = 2000;
+  /// Lr growth per interval, as a fraction of the min lr.
   TORCH_ARG(double, lr_range_test_step_rate) = 1.0;
+  /// Grow in whole intervals instead of continuously.
   TORCH_ARG(bool, lr_range_test_staircase) = false;
 };
 
@@ -100,12 +127,15 @@ class Schedule : public torch::optim::LRScheduler {
   int64_t step_count() const { return step_count_; }
 
  protected:
+  /// Takes the optimizer whose lrs it sets; records their current values.
   explicit Schedule(torch::optim::Optimizer& optimizer);
   /// Sets every group's lr to lr_at(0): call at the end of a derived constructor.
   void start();
   /// Hook after the lrs were computed for `lbi` (OneCycle sets momentum here).
   virtual void on_lbi(int64_t /*lbi*/) {}
+  /// LRScheduler hook: the lrs after this step (see NOTE: [step mapping]).
   std::vector<double> get_lrs() override;
+  /// The optimizer whose groups it updates.
   torch::optim::Optimizer& optimizer_;
   /// Each group's lr when the schedule was created.
   std::vector<double> base_lrs_;
@@ -120,10 +150,13 @@ class WarmupLR : public Schedule {
   std::vector<double> lr_at(int64_t lbi) const override;
 
  protected:
+  /// For derived classes: validates and stores, without setting the lr yet.
   WarmupLR(torch::optim::Optimizer& optimizer, const WarmupLROptions& options, bool);
   /// Warmup fraction in [0, 1] at `lbi`; derived classes add a decay.
   virtual double gamma(int64_t lbi) const;
+  /// The warmup fraction alone (1 once lbi >= warmup_num_steps).
   double warmup_gamma(int64_t lbi) const;
+  /// The options it was built with.
   WarmupLROptions options_;
 };
 
@@ -136,6 +169,7 @@ class WarmupDecayLR : public WarmupLR {
 
  protected:
   double gamma(int64_t lbi) const override;
+  /// T, where the decay reaches 0.
   int64_t total_num_steps_;
 };
 
@@ -159,7 +193,7 @@ class WarmupCosineLR : public Schedule {
 /// their momentum, as in DeepSpeed, with a warning.
 class OneCycle : public Schedule {
  public:
-  /// Sets the optimizer's lr to schedule(0) (and beta1 to cycle_max_mom... at lbi 0).
+  /// Sets the optimizer's lr to schedule(0) and, for Adam/AdamW, beta1 to momentum_at(0).
   OneCycle(torch::optim::Optimizer& optimizer, const OneCycleOptions& options);
   std::string name() const override { return "OneCycle"; }
   std::vector<double> lr_at(int64_t lbi) const override;

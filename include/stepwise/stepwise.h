@@ -11,5 +11,7 @@
 #include <stepwise/config.h>
 #include <stepwise/engine.h>
 #include <stepwise/errors.h>
+#include <stepwise/loss_scaler.h>
 #include <stepwise/lr_schedules.h>
 #include <stepwise/optimizers.h>
+#include <stepwise/precision.h>

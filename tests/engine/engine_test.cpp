@@ -234,14 +234,25 @@ TEST(Engine, InitializeErrors) {
   EXPECT_EQ(init_error(R"({"train_batch_size": 2, "scheduler": {"type": "WarmupLR"}})", true, true),
             "both a client LR scheduler and a \"scheduler\" config section (type \"WarmupLR\") "
             "were given; stepwise refuses to guess which wins: remove one of them");
-  EXPECT_EQ(init_error(R"({"train_batch_size": 2, "fp16": {"enabled": true},
-                           "optimizer": {"type": "SGD"}})"),
-            "fp16.enabled is true, but mixed precision is not implemented in this version of "
-            "stepwise; set it to false (train in fp32)");
-  EXPECT_EQ(init_error(R"({"train_batch_size": 2, "bf16": {"enabled": true},
-                           "optimizer": {"type": "SGD"}})"),
-            "bf16.enabled is true, but mixed precision is not implemented in this version of "
-            "stepwise; set it to false (train in fp32)");
+}
+
+TEST(Engine, NullOrFrozenModelIsAConfigError) {
+  const auto config =
+      Config::from_string(R"({"train_batch_size": 2, "optimizer": {"type": "SGD"}})");
+  try {
+    initialize(std::shared_ptr<torch::nn::Module>(), config);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "stepwise::initialize got a null model");
+  }
+  auto frozen = reference_linear();
+  for (auto& p : frozen->parameters()) p.requires_grad_(false);
+  try {
+    initialize(frozen, config);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "the model has no parameters that require grad; nothing to train");
+  }
 }
 
 }  // namespace

@@ -1,0 +1,72 @@
+// stepwise: the fp16 loss scale, as a pure state machine (DeepSpeed's rule).
+//
+// Usage:
+//
+//   auto scaler = stepwise::LossScaler(stepwise::LossScalerOptions().init_scale(65536));
+//   // backward: backpropagate loss * scaler.scale(); step: unscale the gradients, then
+//   scaler.update(/*overflow=*/found_inf_or_nan);  // halves or grows the scale
+//
+// NOTE: [loss scale rule] Dynamic scaling (DeepSpeed's DynamicLossScaler): on an
+// overflow, if the hysteresis budget is 1 or less the scale becomes
+// max(scale / 2, min_scale) (and an overflow at min_scale is an error), else
+// the budget shrinks by one. On a good step, when (iteration -
+// last_overflow_iteration) % window == 0 the scale doubles and the budget is
+// refilled; with consecutive_hysteresis the budget is refilled on every good
+// step. A static scaler never changes. No logging, no communication.
+#pragma once
+
+#include <torch/arg.h>
+
+#include <cstdint>
+#include <string>
+
+namespace stepwise {
+
+struct Fp16Config;
+
+/// Options of LossScaler (DeepSpeed's fp16 keys, as a scale instead of a power).
+struct LossScalerOptions {
+  /// The scale before the first step (2^initial_scale_power).
+  TORCH_ARG(double, init_scale) = 65536.0;
+  /// false: a static scale that never changes.
+  TORCH_ARG(bool, dynamic) = true;
+  /// Good steps between two doublings (fp16.loss_scale_window).
+  TORCH_ARG(int64_t, scale_window) = 1000;
+  /// Overflows tolerated before the scale shrinks (fp16.hysteresis).
+  TORCH_ARG(int64_t, hysteresis) = 2;
+  /// Refill the hysteresis budget on every good step.
+  TORCH_ARG(bool, consecutive_hysteresis) = false;
+  /// The scale never goes below this (fp16.min_loss_scale).
+  TORCH_ARG(double, min_scale) = 1.0;
+};
+
+/// The loss scale and its update rule. see NOTE: [loss scale rule]
+class LossScaler {
+ public:
+  /// A scaler with `options`; throws ConfigError for invalid values.
+  explicit LossScaler(const LossScalerOptions& options = {});
+  /// The scaler the `"fp16"` config section describes.
+  static LossScaler from_config(const Fp16Config& config);
+
+  /// The current scale S.
+  double scale() const { return scale_; }
+  /// Records one boundary: `overflow` whether any gradient was inf or nan.
+  /// Throws std::runtime_error when a dynamic scale at min_scale overflows again.
+  void update(bool overflow);
+
+  /// Boundaries recorded so far.
+  int64_t iteration() const { return iteration_; }
+  /// The remaining hysteresis budget.
+  int64_t hysteresis_left() const { return hysteresis_left_; }
+  /// The options it was built with.
+  const LossScalerOptions& options() const { return options_; }
+
+ private:
+  LossScalerOptions options_;
+  double scale_;
+  int64_t iteration_ = 0;
+  int64_t last_overflow_iteration_ = -1;
+  int64_t hysteresis_left_;
+};
+
+}  // namespace stepwise

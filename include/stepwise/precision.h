@@ -1,0 +1,77 @@
+// stepwise: the precision policy: fp32, fp16 with loss scaling, or bf16.
+//
+// Usage (what Engine does with it):
+//
+//   stepwise::Precision precision(config, *model);  // casts the model to half/bf16
+//   auto optimizer = make_optimizer(opt, precision.optimizer_params());  // fp32 masters
+//   precision.scale_loss(loss / gas).backward();   // * S for fp16
+//   auto stats = precision.unscale_and_check(1.0); // master grads, norm, overflow
+//   if (!stats.overflow) { optimizer.step(); precision.copy_to_model(); }
+//   precision.finish_boundary(stats.overflow);     // loss-scale bookkeeping
+//
+// fp16: the model's parameters are half; fp32 master copies live in the
+// optimizer; backward() multiplies the (GAS-divided) loss by S in fp32;
+// at the boundary the gradients are copied to the masters, unscaled by 1/S and
+// checked for inf/nan in one pass (one host sync, together with the norm); an
+// overflow skips the optimizer and scheduler step. bf16: bf16 model, fp32
+// masters, S = 1, never skips. fp32: the masters ARE the model's parameters.
+#pragma once
+
+#include <stepwise/config.h>
+#include <stepwise/loss_scaler.h>
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <optional>
+#include <vector>
+
+namespace stepwise {
+
+/// Which arithmetic the model runs in.
+enum class PrecisionMode { kFp32, kFp16, kBf16 };
+
+/// What the boundary learned about the gradients.
+struct GradientStats {
+  /// Global L2 norm of the unscaled gradients (inf or nan on overflow).
+  double norm = 0.0;
+  /// Whether any gradient was inf or nan (fp16 only; bf16 and fp32 never skip).
+  bool overflow = false;
+};
+
+/// The precision policy of an engine: one object, no precision branches in Engine.
+class Precision {
+ public:
+  /// Picks the mode from config.fp16 / config.bf16, casts `model` (parameters
+  /// and buffers) to it and makes fp32 master copies of its trainable parameters.
+  Precision(const Config& config, torch::nn::Module& model);
+
+  /// The mode in use.
+  PrecisionMode mode() const { return mode_; }
+  /// The parameters the optimizer must update (fp32 masters, or the model's own in fp32).
+  const std::vector<torch::Tensor>& optimizer_params() const { return master_; }
+  /// The current loss scale S (1 unless fp16).
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  /// The scaler (fp16 only), else null.
+  const LossScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+
+  /// What to call backward() on: the loss as fp32, times S for fp16.
+  torch::Tensor scale_loss(const torch::Tensor& loss) const;
+  /// Moves the model's gradients to the masters, multiplies them by factor / S,
+  /// and computes the norm and the overflow flag with one host sync.
+  GradientStats unscale_and_check(double factor);
+  /// Copies the masters back into the model's parameters (after an applied step).
+  void copy_to_model();
+  /// Sets every gradient (model and masters) to none.
+  void zero_grads();
+  /// Loss-scale bookkeeping at the end of a boundary (see NOTE: [loss scale rule]).
+  void finish_boundary(bool overflow);
+
+ private:
+  PrecisionMode mode_;
+  std::vector<torch::Tensor> model_;
+  std::vector<torch::Tensor> master_;
+  std::optional<LossScaler> scaler_;
+};
+
+}  // namespace stepwise
