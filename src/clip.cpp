@@ -4,25 +4,15 @@
 
 namespace stepwise {
 
-namespace {
-// Sum of squares of every defined gradient, as one 0-dim tensor (no host sync).
-torch::Tensor squared_norm(const std::vector<torch::Tensor>& params) {
-  torch::Tensor total;
-  for (const auto& p : params) {
-    const auto& g = p.grad();
-    if (!g.defined()) continue;
-    auto g32 = g.scalar_type() == torch::kDouble ? g : g.to(torch::kFloat);
-    auto sq = g32.pow(2).sum();
-    total = total.defined() ? total + sq : sq;
-  }
-  return total;
-}
-}  // namespace
-
 double global_grad_norm(const std::vector<torch::Tensor>& params) {
   torch::NoGradGuard no_grad;
-  auto sq = squared_norm(params);
-  return sq.defined() ? std::sqrt(sq.item<double>()) : 0.0;
+  // Per-tensor norms stay on the device; one host sync for their norm (as
+  // torch::nn::utils::clip_grad_norm_). An inf or nan anywhere makes it inf or nan.
+  std::vector<torch::Tensor> norms;
+  for (const auto& p : params) {
+    if (p.grad().defined()) norms.push_back(p.grad().norm(2).to(torch::kDouble));
+  }
+  return norms.empty() ? 0.0 : torch::stack(norms).norm(2).item<double>();
 }
 
 void clip_grads_with_norm(const std::vector<torch::Tensor>& params, double norm, double max_norm) {

@@ -1,3 +1,4 @@
+#include <stepwise/clip.h>
 #include <stepwise/errors.h>
 #include <stepwise/precision.h>
 
@@ -46,31 +47,20 @@ torch::Tensor Precision::scale_loss(const torch::Tensor& loss) const {
 GradientStats Precision::unscale_and_check(double factor) {
   torch::NoGradGuard no_grad;
   const double coef = factor / loss_scale();
-  torch::Tensor squares, nonfinite;
   for (size_t i = 0; i < model_.size(); ++i) {
     const auto& g = model_[i].grad();
     if (!g.defined()) continue;
-    torch::Tensor master_grad;
     if (master_[i].is_same(model_[i])) {
       if (coef != 1.0) g.mul_(coef);
-      master_grad = g;
     } else {
-      master_grad = g.to(torch::kFloat).mul_(coef);
-      master_[i].mutable_grad() = master_grad;
+      master_[i].mutable_grad() = g.to(torch::kFloat).mul_(coef);
     }
-    // see NOTE: [one sync per step] both sums stay on the device until the end.
-    auto sq = master_grad.to(torch::kDouble).pow(2).sum();
-    auto bad = torch::logical_not(torch::isfinite(master_grad)).sum();
-    squares = squares.defined() ? squares + sq : sq;
-    nonfinite = nonfinite.defined() ? nonfinite + bad : bad;
   }
-  if (!squares.defined()) return {};
-  // NOTE: [one sync per step] the norm and the overflow flag come to the host together.
-  auto both = torch::stack({squares, nonfinite.to(torch::kDouble)}).cpu();
-  const double* values = both.data_ptr<double>();
+  // NOTE: [one sync per step] the norm is the only value brought to the host; an inf or
+  // nan in any gradient makes it non-finite, which is the fp16 overflow flag.
   GradientStats stats;
-  stats.norm = std::sqrt(values[0]);
-  stats.overflow = mode_ == PrecisionMode::kFp16 && values[1] > 0.0;
+  stats.norm = global_grad_norm(master_);
+  stats.overflow = mode_ == PrecisionMode::kFp16 && !std::isfinite(stats.norm);
   return stats;
 }
 

@@ -14,8 +14,9 @@
 
 namespace stepwise {
 
-/// L2 norm over all defined gradients of `params`, computed in fp32 or wider.
-/// Returns 0 when no parameter has a gradient.
+/// L2 norm over all defined gradients of `params` (per-tensor norms in the
+/// gradients' dtype, combined in double), with one host sync. Returns 0 when no
+/// parameter has a gradient; inf or nan when a gradient holds inf or nan.
 double global_grad_norm(const std::vector<torch::Tensor>& params);
 
 /// Computes the global norm and, if `max_norm` > 0, multiplies every gradient
