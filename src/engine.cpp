@@ -50,7 +50,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
                std::unique_ptr<torch::optim::LRScheduler> client_scheduler)
     : model_(std::move(model)),
       config_(std::move(config)),
-      sizes_(config_.resolve_batch_sizes(/*world_size=*/1)),
+      // Joins the process group from torchrun's variables when WORLD_SIZE > 1.
+      sizes_(config_.resolve_batch_sizes(distributed::world_size_for_engine())),
       accumulator_(sizes_.gradient_accumulation_steps, config_.stepwise.strict_cadence) {
   STEPWISE_CHECK(model_ != nullptr, ConfigError, "stepwise::initialize got a null model");
   STEPWISE_CHECK(!config_.fp16.enabled && !config_.bf16.enabled, ConfigError,
@@ -60,6 +61,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
   params_ = trainable_parameters(*model_);
   STEPWISE_CHECK(!params_.empty(), ConfigError,
                  "the model has no parameters that require grad; nothing to train");
+  // W > 1: checks the ranks agree, broadcasts rank 0's parameters.
+  reducer_ = distributed::make_gradient_reducer(params_, config_, sizes_);
   optimizer_ = choose_optimizer(config_, std::move(client_optimizer), params_);
   STEPWISE_CHECK(!(client_scheduler && config_.scheduler), ConfigError,
                  "both a client LR scheduler and a \"scheduler\" config section (type \"",
@@ -143,6 +146,9 @@ bool Engine::flush() {
 
 void Engine::boundary_step(int64_t samples, bool flushing) {
   const auto start = Clock::now();
+  // After the all-reduce every rank holds the same mean gradients, so the norm
+  // below is global and every rank clips and steps identically.
+  reducer_->reduce(params_);
   global_grad_norm_ = clip_grad_norm(params_, config_.gradient_clipping);
   optimizer_->step();
   for (auto& p : params_) {

@@ -18,6 +18,7 @@
 
 #include <stepwise/accumulation.h>
 #include <stepwise/config.h>
+#include <stepwise/distributed.h>
 #include <stepwise/errors.h>
 #include <stepwise/lr_schedules.h>
 
@@ -68,7 +69,8 @@ class Engine {
   /// Call after EVERY micro-batch's backward() (FACT 4).
   ///
   /// Off the accumulation boundary it only counts the micro-step. At the
-  /// boundary ((micro_steps + 1) % GAS == 0) it computes the global gradient
+  /// boundary ((micro_steps + 1) % GAS == 0) it averages the gradients over
+  /// the W data-parallel ranks (W > 1 only), computes the global gradient
   /// norm, clips (gradient_clipping), steps the optimizer, zeroes the
   /// gradients, and steps the LR scheduler (FACT 3: the user must not call
   /// scheduler.step() or optimizer.step()). Throws UsageError when no
@@ -115,6 +117,8 @@ class Engine {
   torch::nn::Module& module() { return *model_; }
   /// The parsed configuration.
   const Config& config() const { return config_; }
+  /// The reducer that averages gradients over the ranks at each boundary.
+  const distributed::GradientReducer& gradient_reducer() const { return *reducer_; }
 
  private:
   void boundary_step(int64_t samples, bool flushing);
@@ -125,6 +129,7 @@ class Engine {
   Config config_;
   BatchSizes sizes_;
   std::vector<torch::Tensor> params_;
+  std::unique_ptr<distributed::GradientReducer> reducer_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<torch::optim::LRScheduler> scheduler_;
   int64_t scheduler_steps_at_start_ = 0;
