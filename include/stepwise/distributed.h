@@ -166,6 +166,7 @@ class BucketedReducer : public GradientReducer {
   std::shared_ptr<Context> context_;
   int64_t bucket_size_;
   std::vector<torch::Tensor> pending_;
+  std::vector<torch::Tensor> buffers_;  // one flat buffer per bucket, reused
   int64_t pending_numel_ = 0;
   int64_t bucket_in_step_ = 0;
   int64_t calls_ = 0;
