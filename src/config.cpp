@@ -299,7 +299,9 @@ Config Config::from_json(const nlohmann::json& json) {
     ObjectReader s(r.raw("stepwise"), "stepwise");
     s.get("strict_cadence", out.stepwise.strict_cadence);
     s.get("scale_wrt_gas", out.stepwise.scale_wrt_gas);
-    s.finish({"strict_cadence", "scale_wrt_gas"});
+    s.get("reduce_bucket_size", out.stepwise.reduce_bucket_size);
+    check_positive(out.stepwise.reduce_bucket_size, "stepwise.reduce_bucket_size");
+    s.finish({"strict_cadence", "scale_wrt_gas", "reduce_bucket_size"});
   }
   r.finish(supported_top_level_keys());
   return out;

@@ -13,6 +13,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// W > 1: checks that the ranks agree and broadcasts rank 0's parameters, BEFORE the
+// precision policy casts the model and copies its fp32 masters from it.
+std::unique_ptr<distributed::GradientReducer> make_reducer(torch::nn::Module& model,
+                                                           const Config& config,
+                                                           const BatchSizes& sizes) {
+  std::vector<torch::Tensor> params;
+  for (auto& p : model.parameters()) {
+    if (p.requires_grad()) params.push_back(p);
+  }
+  return distributed::make_gradient_reducer(params, config, sizes);
+}
+
 torch::nn::Module& non_null(const std::shared_ptr<torch::nn::Module>& model) {
   STEPWISE_CHECK(model != nullptr, ConfigError, "stepwise::initialize got a null model");
   return *model;
@@ -52,8 +64,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
                std::unique_ptr<torch::optim::LRScheduler> client_scheduler)
     : model_(std::move(model)),
       config_(std::move(config)),
-      sizes_(config_.resolve_batch_sizes(/*world_size=*/1)),
-      precision_(config_, non_null(model_)),
+      // Joins the process group from torchrun's variables when WORLD_SIZE > 1.
+      sizes_(config_.resolve_batch_sizes(distributed::world_size_for_engine())),
+      reducer_(make_reducer(non_null(model_), config_, sizes_)),
+      precision_(config_, *model_),
       accumulator_(sizes_.gradient_accumulation_steps, config_.stepwise.strict_cadence) {
   optimizer_ =
       choose_optimizer(config_, std::move(client_optimizer), precision_.optimizer_params());
@@ -133,6 +147,10 @@ bool Engine::flush() {
 
 void Engine::boundary_step(int64_t samples, double grad_factor, bool flushing) {
   const auto start = Clock::now();
+  // After the all-reduce every rank holds the same mean gradients, so the norm
+  // and the overflow flag below are global: an inf on one rank is an inf in the
+  // sum on every rank, and every rank skips, clips and steps identically.
+  reducer_->reduce(precision_.model_params());
   // Unscale (fp16) and check for overflow; one host sync for the norm and the flag.
   const GradientStats stats = precision_.unscale_and_check(grad_factor);
   global_grad_norm_ = stats.norm;

@@ -97,6 +97,9 @@ struct StepwiseOptions {
   bool strict_cadence = true;
   /// Divide the loss by GAS in backward() (DeepSpeed's behaviour, default on).
   bool scale_wrt_gas = true;
+  /// Elements per flat all-reduce bucket when W > 1 (DeepSpeed's stage-0 bucket
+  /// is 500,000,000 elements and has no key).
+  int64_t reduce_bucket_size = 500000000;
 };
 
 /// Batch sizes after SEMANTICS section 2: tb == micro_batch * gas * world_size.

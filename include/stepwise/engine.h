@@ -18,6 +18,7 @@
 
 #include <stepwise/accumulation.h>
 #include <stepwise/config.h>
+#include <stepwise/distributed.h>
 #include <stepwise/errors.h>
 #include <stepwise/lr_schedules.h>
 #include <stepwise/precision.h>
@@ -71,11 +72,12 @@ class Engine {
   /// Call after EVERY micro-batch's backward() (FACT 4).
   ///
   /// Off the accumulation boundary it only counts the micro-step. At the
-  /// boundary ((micro_steps + 1) % GAS == 0) it unscales the gradients (fp16),
-  /// computes the global gradient norm, clips (gradient_clipping), steps the
-  /// optimizer, sets the gradients to none, and steps the LR scheduler
-  /// (FACT 3: the user must not call scheduler.step() or optimizer.step()).
-  /// On an fp16 overflow it skips the optimizer AND the scheduler step, but
+  /// boundary ((micro_steps + 1) % GAS == 0) it averages the gradients over
+  /// the W data-parallel ranks (W > 1 only), unscales them (fp16), computes
+  /// the global gradient norm, clips (gradient_clipping), steps the optimizer,
+  /// sets the gradients to none, and steps the LR scheduler (FACT 3: the user
+  /// must not call scheduler.step() or optimizer.step()). On an fp16 overflow
+  /// (on any rank) it skips the optimizer AND the scheduler step, but
   /// global_steps still advances and skipped_steps counts it. Throws UsageError when no
   /// backward() preceded it (strict cadence) or when the engine's scheduler
   /// was stepped by someone else.
@@ -129,6 +131,8 @@ class Engine {
   torch::nn::Module& module() { return *model_; }
   /// The parsed configuration.
   const Config& config() const { return config_; }
+  /// The reducer that averages gradients over the ranks at each boundary.
+  const distributed::GradientReducer& gradient_reducer() const { return *reducer_; }
 
  private:
   void boundary_step(int64_t samples, double grad_factor, bool flushing);
@@ -138,6 +142,7 @@ class Engine {
   std::shared_ptr<torch::nn::Module> model_;
   Config config_;
   BatchSizes sizes_;
+  std::unique_ptr<distributed::GradientReducer> reducer_;
   Precision precision_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<torch::optim::LRScheduler> scheduler_;

@@ -50,6 +50,9 @@ class Precision {
   PrecisionMode mode() const { return mode_; }
   /// The parameters the optimizer must update (fp32 masters, or the model's own in fp32).
   const std::vector<torch::Tensor>& optimizer_params() const { return master_; }
+  /// The model's trainable parameters (half or bf16 in those modes); their
+  /// gradients are what backward() fills and the data-parallel reducer averages.
+  std::vector<torch::Tensor>& model_params() { return model_; }
   /// The current loss scale S (1 unless fp16).
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
   /// The scaler (fp16 only), else null.

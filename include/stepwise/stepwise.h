@@ -9,6 +9,7 @@
 #include <stepwise/accumulation.h>
 #include <stepwise/clip.h>
 #include <stepwise/config.h>
+#include <stepwise/distributed.h>
 #include <stepwise/engine.h>
 #include <stepwise/errors.h>
 #include <stepwise/loss_scaler.h>

@@ -29,7 +29,7 @@ TEST(Config, ParsesADeepSpeedConfig) {
                   "warmup_num_steps": 10, "warmup_max_lr": 0.01, "warmup_type": "linear"}},
     "fp16": {"enabled": false, "initial_scale_power": 8},
     "zero_optimization": {"stage": 0},
-    "stepwise": {"strict_cadence": false, "scale_wrt_gas": false}})");
+    "stepwise": {"strict_cadence": false, "scale_wrt_gas": false, "reduce_bucket_size": 1000}})");
   EXPECT_EQ(*c.train_batch_size, 16);
   EXPECT_FALSE(c.train_micro_batch_size_per_gpu.has_value());
   EXPECT_EQ(*c.gradient_accumulation_steps, 2);
@@ -51,6 +51,7 @@ TEST(Config, ParsesADeepSpeedConfig) {
   EXPECT_EQ(c.fp16.loss_scale_window, 1000);
   EXPECT_FALSE(c.stepwise.strict_cadence);
   EXPECT_FALSE(c.stepwise.scale_wrt_gas);
+  EXPECT_EQ(c.stepwise.reduce_bucket_size, 1000);
 }
 
 TEST(Config, DefaultsAreDeepSpeeds) {
@@ -64,6 +65,7 @@ TEST(Config, DefaultsAreDeepSpeeds) {
   EXPECT_EQ(c.fp16.hysteresis, 2);
   EXPECT_TRUE(c.stepwise.strict_cadence);
   EXPECT_TRUE(c.stepwise.scale_wrt_gas);
+  EXPECT_EQ(c.stepwise.reduce_bucket_size, 500000000);
 }
 
 TEST(Config, IntegralFloatsAreAcceptedAsIntegers) {
@@ -242,7 +244,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "consecutive_hysteresis, min_loss_scale"},
         ErrorCase{"StepwiseUnknownKey", R"({"train_batch_size": 8, "stepwise": {"strict": false}})",
                   "unknown key stepwise.strict (value false); valid keys here are: "
-                  "strict_cadence, scale_wrt_gas"},
+                  "strict_cadence, scale_wrt_gas, reduce_bucket_size"},
+        ErrorCase{"ReduceBucketSizeZero",
+                  R"({"train_batch_size": 8, "stepwise": {"reduce_bucket_size": 0}})",
+                  "stepwise.reduce_bucket_size must be a positive integer, got 0"},
         ErrorCase{"SectionNotObject", R"({"train_batch_size": 8, "optimizer": "AdamW"})",
                   "optimizer must be a JSON object, got string \"AdamW\""}),
     [](const auto& info) { return std::string(info.param.name); });

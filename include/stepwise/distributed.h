@@ -1,0 +1,189 @@
+// stepwise: data parallelism over LibTorch's c10d (Gloo on CPU, NCCL on CUDA).
+//
+// Usage (start it with `tools/launch -n 2 -- ./train`, or torchrun-style
+// variables RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT):
+//
+//   // Optional: stepwise::initialize does this itself when WORLD_SIZE is set.
+//   stepwise::distributed::init(stepwise::distributed::InitOptions().timeout(
+//       std::chrono::seconds(60)));
+//   auto engine = stepwise::initialize(model, config);  // tb = mbs * GAS * W
+//   int64_t rank = stepwise::distributed::rank();       // pick this rank's samples
+//   ... the usual loop: engine.backward(loss); engine.step(); ...
+//   stepwise::distributed::shutdown();                  // a barrier, then close
+//
+// At the accumulation boundary (never in between), engine.step() sums every
+// gradient over the W ranks through flat buckets and divides by W, so every
+// rank steps with the same mean gradient; the gradient norm used for clipping
+// is therefore global. initialize() broadcasts rank 0's parameters and checks
+// that every rank has the same batch sizes and parameter shapes.
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace c10d {
+class ProcessGroup;
+}
+
+namespace stepwise {
+
+struct BatchSizes;
+struct Config;
+
+namespace distributed {
+
+/// A collective failed or timed out, a rank is missing, or the ranks disagree
+/// (configuration, parameter shapes). The message names the rank(s) and the timeout.
+class DistributedError : public std::runtime_error {
+ public:
+  /// Builds the error from its full message.
+  explicit DistributedError(const std::string& message) : std::runtime_error(message) {}
+};
+
+/// The c10d backend: Gloo (CPU tensors) or NCCL (CUDA tensors, needs a CUDA LibTorch).
+enum class Backend { kGloo, kNccl };
+
+/// How to join the group. Unset fields come from torchrun's environment
+/// variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
+struct InitOptions {
+  /// This process's rank in 0..world_size-1 (default: $RANK).
+  TORCH_ARG(std::optional<int64_t>, rank) = std::nullopt;
+  /// Number of processes (default: $WORLD_SIZE, or 1 when unset).
+  TORCH_ARG(std::optional<int64_t>, world_size) = std::nullopt;
+  /// Rank on this machine (default: $LOCAL_RANK, or the rank).
+  TORCH_ARG(std::optional<int64_t>, local_rank) = std::nullopt;
+  /// Host of rank 0's rendezvous store (default: $MASTER_ADDR, or 127.0.0.1).
+  TORCH_ARG(std::optional<std::string>, master_addr) = std::nullopt;
+  /// Port of the rendezvous store (default: $MASTER_PORT, or 29500).
+  TORCH_ARG(std::optional<int64_t>, master_port) = std::nullopt;
+  /// The backend (default: Gloo; NCCL only with a CUDA-enabled LibTorch).
+  TORCH_ARG(Backend, backend) = Backend::kGloo;
+  /// Limit on the rendezvous (all ranks arrive) and on every collective.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(5);
+};
+
+/// A joined process group: rank, size and the collectives stepwise uses.
+/// Created by distributed::init; one per process.
+class Context {
+ public:
+  /// Joins the group described by `options` (blocks until all ranks arrive or
+  /// the timeout passes: DistributedError naming the ranks that did not arrive).
+  explicit Context(const InitOptions& options);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  /// This process's rank.
+  int64_t rank() const { return rank_; }
+  /// Number of ranks W.
+  int64_t world_size() const { return world_size_; }
+  /// Rank on this machine.
+  int64_t local_rank() const { return local_rank_; }
+  /// The collective timeout.
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  /// "gloo" or "nccl".
+  std::string backend_name() const;
+
+  /// In place: `tensor` becomes the sum over all ranks. `what` names it in errors.
+  void all_reduce_sum(torch::Tensor& tensor, const std::string& what);
+  /// In place: `tensor` becomes rank `root`'s value on every rank.
+  void broadcast(torch::Tensor& tensor, int64_t root, const std::string& what);
+  /// Every rank's `tensor` (same shape on all ranks), indexed by rank.
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor, const std::string& what);
+  /// Waits until every rank calls it.
+  void barrier(const std::string& what);
+
+  /// The underlying c10d process group (for collectives stepwise does not wrap).
+  c10d::ProcessGroup& process_group();
+
+ private:
+  [[noreturn]] void fail(const std::string& what, const std::exception& cause);
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int64_t rank_ = 0;
+  int64_t world_size_ = 1;
+  int64_t local_rank_ = 0;
+  std::chrono::milliseconds timeout_{};
+};
+
+/// Joins the process group (torchrun's variables fill unset options) and makes
+/// it the one stepwise::initialize uses. Throws DistributedError if already initialized.
+std::shared_ptr<Context> init(const InitOptions& options = {});
+/// Whether init() was called (and shutdown() not yet).
+bool is_initialized();
+/// The group set by init(), or null.
+std::shared_ptr<Context> default_context();
+/// This process's rank (0 without a group).
+int64_t rank();
+/// Number of ranks (1 without a group).
+int64_t world_size();
+/// A barrier (so no rank closes while others still reduce), then leaves the group.
+void shutdown();
+
+/// Averages gradients over the ranks; flashlight's two-method reducer interface.
+/// The engine calls add() for every parameter, then finalize(), at the
+/// accumulation boundary only.
+class GradientReducer {
+ public:
+  virtual ~GradientReducer() = default;
+  /// Queues `param`'s gradient (an undefined gradient counts as zeros).
+  virtual void add(torch::Tensor& param) = 0;
+  /// Reduces everything queued; afterwards every rank holds the mean gradient.
+  virtual void finalize() = 0;
+  /// add() for each of `params`, then finalize().
+  void reduce(std::vector<torch::Tensor>& params);
+  /// All-reduce calls so far (one per bucket per boundary; 0 when W == 1).
+  virtual int64_t all_reduce_calls() const = 0;
+  /// Time spent in all-reduce calls so far.
+  virtual std::chrono::nanoseconds all_reduce_time() const = 0;
+};
+
+/// Sums gradients in flat buckets of at most `bucket_size` elements (one
+/// all-reduce per bucket), then divides by W. A no-op when `context` is null or W == 1.
+class BucketedReducer : public GradientReducer {
+ public:
+  /// `bucket_size` in elements (> 0); a larger tensor gets a bucket of its own.
+  BucketedReducer(std::shared_ptr<Context> context, int64_t bucket_size);
+  void add(torch::Tensor& param) override;
+  void finalize() override;
+  int64_t all_reduce_calls() const override { return calls_; }
+  std::chrono::nanoseconds all_reduce_time() const override { return time_; }
+  /// Number of buckets `params` occupy (what one boundary costs in all-reduce calls).
+  int64_t num_buckets(const std::vector<torch::Tensor>& params) const;
+
+ private:
+  void flush();
+
+  std::shared_ptr<Context> context_;
+  int64_t bucket_size_;
+  std::vector<torch::Tensor> pending_;
+  std::vector<torch::Tensor> buffers_;  // one flat buffer per bucket, reused
+  int64_t pending_numel_ = 0;
+  int64_t bucket_in_step_ = 0;
+  int64_t calls_ = 0;
+  std::chrono::nanoseconds time_{0};
+};
+
+/// What stepwise::initialize does for data parallelism: joins the group from
+/// the environment when WORLD_SIZE is set and init() was not called; returns W.
+int64_t world_size_for_engine();
+
+/// What stepwise::initialize does after resolving batch sizes: checks that all
+/// ranks agree on them and on `params`' shapes (DistributedError naming the
+/// first differing rank), broadcasts rank 0's parameters, and returns the
+/// reducer (bucket size: config's stepwise.reduce_bucket_size).
+std::unique_ptr<GradientReducer> make_gradient_reducer(std::vector<torch::Tensor>& params,
+                                                       const Config& config,
+                                                       const BatchSizes& sizes);
+
+}  // namespace distributed
+}  // namespace stepwise

@@ -1,0 +1,274 @@
+// The c10d process group (Gloo), the global context and the bucketed reducer.
+// This file is compiled with USE_C10D_GLOO (CMake): ProcessGroupGloo.hpp is
+// empty without it.
+#include <stepwise/config.h>
+#include <stepwise/distributed.h>
+
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "distributed_backends.h"
+
+namespace stepwise::distributed {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::optional<std::string> env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+std::optional<int64_t> env_int(const char* name) {
+  auto text = env(name);
+  if (!text) return std::nullopt;
+  char* end = nullptr;
+  const long long value = std::strtoll(text->c_str(), &end, 10);
+  if (end == text->c_str() || *end != '\0') {
+    throw DistributedError(
+        c10::str("environment variable ", name, "=\"", *text,
+                 "\" is not an integer; unset it or start the program with tools/launch -n N, "
+                 "which sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT"));
+  }
+  return value;
+}
+
+std::mutex g_mutex;
+std::shared_ptr<Context> g_context;
+
+std::string list_ranks(const std::vector<int64_t>& ranks) {
+  std::ostringstream out;
+  out << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
+  return out.str();
+}
+
+}  // namespace
+
+struct Context::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  std::string master;
+  int64_t failures = 0;
+};
+
+// NOTE: [naming the missing rank] c10d's errors name a peer's socket address
+// (or only say "timed out"), not its rank. After a failed collective every
+// surviving rank writes "stepwise/alive/<failure>/<rank>" to rank 0's store and
+// waits a moment for the others; whoever did not write is reported. If the store
+// itself is unreachable, rank 0 (its host) is the one that is gone.
+void Context::fail(const std::string& what, const std::exception& cause) {
+  const int64_t failure = impl_->failures++;
+  std::string missing;
+  try {
+    auto& store = *impl_->store;
+    store.set(c10::str("stepwise/alive/", failure, "/", rank_), std::vector<uint8_t>{1});
+    const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(
+                                             timeout_, std::chrono::milliseconds(3000));
+    std::vector<int64_t> absent;
+    do {
+      absent.clear();
+      for (int64_t r = 0; r < world_size_; ++r) {
+        if (!store.check({c10::str("stepwise/alive/", failure, "/", r)})) absent.push_back(r);
+      }
+      if (absent.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } while (Clock::now() < deadline);
+    missing = absent.empty() ? "every rank is alive (the collective itself failed)"
+                             : list_ranks(absent) + " did not respond (exited, crashed or hangs)";
+  } catch (const std::exception&) {
+    missing = c10::str("rank 0 (host of the rendezvous store at ", impl_->master,
+                       ") is unreachable: it exited, crashed or hangs");
+  }
+  throw DistributedError(c10::str("stepwise: ", what, " failed on rank ", rank_, " of ",
+                                  world_size_, ": ", missing, "; collective timeout ",
+                                  timeout_.count(), " ms. c10d said: ", cause.what()));
+}
+
+Context::Context(const InitOptions& options) : impl_(std::make_unique<Impl>()) {
+  world_size_ = options.world_size() ? *options.world_size() : env_int("WORLD_SIZE").value_or(1);
+  if (world_size_ < 1) {
+    throw DistributedError(c10::str("world size must be >= 1, got ", world_size_,
+                                    " (from WORLD_SIZE or InitOptions::world_size)"));
+  }
+  rank_ = options.rank() ? *options.rank() : env_int("RANK").value_or(0);
+  if (rank_ < 0 || rank_ >= world_size_) {
+    throw DistributedError(c10::str("rank ", rank_, " is out of range for world size ", world_size_,
+                                    "; use a rank in 0..", world_size_ - 1,
+                                    " (RANK or InitOptions::rank)"));
+  }
+  local_rank_ =
+      options.local_rank() ? *options.local_rank() : env_int("LOCAL_RANK").value_or(rank_);
+  timeout_ = options.timeout();
+  const std::string addr = options.master_addr().value_or(env("MASTER_ADDR").value_or("127.0.0.1"));
+  const int64_t port =
+      options.master_port() ? *options.master_port() : env_int("MASTER_PORT").value_or(29500);
+  if (port < 1 || port > 65535) {
+    throw DistributedError(c10::str("master port ", port,
+                                    " is not a TCP port; use 1..65535 (MASTER_PORT or "
+                                    "InitOptions::master_port)"));
+  }
+  impl_->master = c10::str(addr, ":", port);
+
+  if (world_size_ == 1) {
+    impl_->store = c10::make_intrusive<c10d::HashStore>();
+  } else {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(port);
+    store_options.isServer = rank_ == 0;
+    store_options.numWorkers = static_cast<std::size_t>(world_size_);
+    store_options.waitWorkers = false;  // our own arrival check names the missing ranks
+    store_options.timeout = timeout_;
+    try {
+      impl_->store = c10::make_intrusive<c10d::TCPStore>(addr, store_options);
+    } catch (const std::exception& e) {
+      throw DistributedError(c10::str(
+          "stepwise: rank ", rank_, " of ", world_size_,
+          rank_ == 0 ? " could not start the rendezvous store at "
+                     : " could not reach rank 0's rendezvous store at ",
+          impl_->master, " within ", timeout_.count(),
+          " ms; check MASTER_ADDR/MASTER_PORT (the port must be free on rank 0) and that rank 0 "
+          "started. c10d said: ",
+          e.what()));
+    }
+  }
+  // Rendezvous: every rank announces itself; a rank that never arrives is named.
+  impl_->store->set(c10::str("stepwise/arrived/", rank_), std::vector<uint8_t>{1});
+  std::vector<std::string> keys;
+  for (int64_t r = 0; r < world_size_; ++r) keys.push_back(c10::str("stepwise/arrived/", r));
+  try {
+    impl_->store->wait(keys, timeout_);
+  } catch (const std::exception& e) {
+    std::vector<int64_t> absent;
+    for (int64_t r = 0; r < world_size_; ++r) {
+      if (!impl_->store->check({keys[r]})) absent.push_back(r);
+    }
+    throw DistributedError(c10::str("stepwise: rendezvous at ", impl_->master, " timed out after ",
+                                    timeout_.count(), " ms on rank ", rank_, " of ", world_size_,
+                                    ": ", list_ranks(absent),
+                                    " never arrived; start all WORLD_SIZE processes (tools/launch "
+                                    "-n N does) or raise the timeout"));
+  }
+  try {
+    impl_->group = detail::make_process_group(
+        options.backend(), c10::make_intrusive<c10d::PrefixStore>("pg", impl_->store), rank_,
+        world_size_, addr, timeout_);
+  } catch (const DistributedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail("creating the process group", e);
+  }
+}
+
+Context::~Context() = default;
+
+std::string Context::backend_name() const { return impl_->group->getBackendName(); }
+
+c10d::ProcessGroup& Context::process_group() { return *impl_->group; }
+
+void Context::all_reduce_sum(torch::Tensor& tensor, const std::string& what) {
+  std::vector<torch::Tensor> tensors{tensor};
+  try {
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    options.timeout = timeout_;
+    impl_->group->allreduce(tensors, options)->wait(timeout_);
+  } catch (const std::exception& e) {
+    fail("all-reduce of " + what, e);
+  }
+}
+
+void Context::broadcast(torch::Tensor& tensor, int64_t root, const std::string& what) {
+  std::vector<torch::Tensor> tensors{tensor};
+  try {
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    options.timeout = timeout_;
+    impl_->group->broadcast(tensors, options)->wait(timeout_);
+  } catch (const std::exception& e) {
+    fail("broadcast of " + what, e);
+  }
+}
+
+std::vector<torch::Tensor> Context::all_gather(const torch::Tensor& tensor,
+                                               const std::string& what) {
+  std::vector<torch::Tensor> input{tensor.contiguous()};
+  std::vector<std::vector<torch::Tensor>> output(1);
+  for (int64_t r = 0; r < world_size_; ++r) output[0].push_back(torch::empty_like(input[0]));
+  try {
+    c10d::AllgatherOptions options;
+    options.timeout = timeout_;
+    impl_->group->allgather(output, input, options)->wait(timeout_);
+  } catch (const std::exception& e) {
+    fail("all-gather of " + what, e);
+  }
+  return output[0];
+}
+
+void Context::barrier(const std::string& what) {
+  try {
+    c10d::BarrierOptions options;
+    options.timeout = timeout_;
+    impl_->group->barrier(options)->wait(timeout_);
+  } catch (const std::exception& e) {
+    fail("barrier (" + what + ")", e);
+  }
+}
+
+std::shared_ptr<Context> init(const InitOptions& options) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_context) {
+    throw DistributedError(
+        c10::str("stepwise::distributed::init was called twice (this process is already rank ",
+                 g_context->rank(), " of ", g_context->world_size(),
+                 "); call it once, before stepwise::initialize, or call shutdown() first"));
+  }
+  g_context = std::make_shared<Context>(options);
+  return g_context;
+}
+
+bool is_initialized() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_context != nullptr;
+}
+
+std::shared_ptr<Context> default_context() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_context;
+}
+
+int64_t rank() {
+  auto context = default_context();
+  return context ? context->rank() : 0;
+}
+
+int64_t world_size() {
+  auto context = default_context();
+  return context ? context->world_size() : 1;
+}
+
+void shutdown() {
+  std::shared_ptr<Context> context;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    context.swap(g_context);
+  }
+  if (context && context->world_size() > 1) context->barrier("shutdown");
+}
+
+int64_t world_size_for_engine() {
+  if (!is_initialized() && env_int("WORLD_SIZE").value_or(1) > 1) init();
+  return world_size();
+}
+
+}  // namespace stepwise::distributed

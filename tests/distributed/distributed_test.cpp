@@ -1,0 +1,381 @@
+// Data parallel: W processes on 127.0.0.1 (the worker, tests/distributed/worker.cpp)
+// against in-process W=1 runs and DeepSpeed's ws2 trace; tools/launch itself.
+#include <stepwise/stepwise.h>
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "support/reference_problem.h"
+
+namespace stepwise {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct RankResult {
+  int exit_code = -1;  // 128 + signal when killed; -1 when it outlived the deadline
+  double seconds = 0;
+  std::string output;
+};
+
+// Starts `world` workers (or only the ranks in `only`) with torchrun's
+// variables and waits up to `limit`; stragglers are killed.
+std::vector<RankResult> run_ranks(int world, const std::vector<std::string>& args,
+                                  std::chrono::seconds limit, std::vector<int> only = {}) {
+  if (only.empty()) {
+    for (int r = 0; r < world; ++r) only.push_back(r);
+  }
+  const int port = free_port();
+  const std::string dir = ::testing::TempDir();
+  std::vector<pid_t> pids(world, -1);
+  std::vector<RankResult> results(world);
+  const auto start = Clock::now();
+  for (int r : only) {
+    const std::string log =
+        dir + "/stepwise_rank_" + std::to_string(port) + "_" + std::to_string(r) + ".log";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      if (!freopen(log.c_str(), "w", stdout) || ::dup2(::fileno(stdout), 2) < 0) _exit(126);
+      std::vector<char*> argv{const_cast<char*>(STEPWISE_DIST_WORKER)};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      _exit(127);
+    }
+    pids[r] = pid;
+    results[r].output = log;  // the path, until the rank ends
+  }
+  for (int r : only) {
+    int status = 0;
+    while (true) {
+      const pid_t done = ::waitpid(pids[r], &status, WNOHANG);
+      if (done == pids[r]) {
+        results[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (Clock::now() - start > limit) {
+        ::kill(pids[r], SIGKILL);
+        ::waitpid(pids[r], &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    results[r].seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    results[r].output = read_file(results[r].output);
+  }
+  return results;
+}
+
+class DataParallel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::access(STEPWISE_DIST_WORKER, X_OK) != 0) {
+      GTEST_SKIP() << "the worker " << STEPWISE_DIST_WORKER << " is not executable";
+    }
+    if (free_port() < 0) GTEST_SKIP() << "cannot bind a TCP socket on 127.0.0.1";
+    ::unsetenv("WORLD_SIZE");  // the in-process runs are W = 1
+  }
+};
+
+std::vector<float> weights_of(const std::string& bytes) {
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
+}
+
+std::vector<float> train_in_process(int64_t mbs, int64_t gas, int64_t steps) {
+  auto model = testing::reference_linear();
+  auto engine = initialize(
+      model, Config::from_json({{"train_micro_batch_size_per_gpu", mbs},
+                                {"gradient_accumulation_steps", gas},
+                                {"gradient_clipping", 0.5},
+                                {"steps_per_print", 1000000000},
+                                {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.05}}}}}}));
+  for (int64_t t = 0; t < steps * gas; ++t) {
+    auto [x, y] = testing::reference_samples(testing::reference_start(t, gas, mbs, 1, 0), mbs);
+    engine.backward(torch::mse_loss(model->forward(x), y));
+    engine.step();
+  }
+  EXPECT_EQ(engine.gradient_reducer().all_reduce_calls(), 0) << "W = 1 must not all-reduce";
+  std::vector<float> out;
+  for (const auto& p : model->parameters()) {
+    auto c = p.detach().contiguous();
+    out.insert(out.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+  }
+  return out;
+}
+
+TEST_F(DataParallel, TwoRanksMatchOneRankWithTheSameGlobalBatch) {
+  const std::string out = ::testing::TempDir() + "/stepwise_dp_weights";
+  auto ranks = run_ranks(2, {"train", "2", "2", "6", "1000", out}, std::chrono::seconds(120));
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
+  const std::string bytes0 = read_file(out + ".0");
+  ASSERT_FALSE(bytes0.empty());
+  EXPECT_EQ(bytes0, read_file(out + ".1")) << "ranks must end bit-identical";
+  const auto w2 = weights_of(bytes0);
+  for (auto [mbs, gas] : {std::pair<int64_t, int64_t>{8, 1}, {4, 2}}) {
+    const auto w1 = train_in_process(mbs, gas, 6);
+    ASSERT_EQ(w1.size(), w2.size());
+    for (size_t i = 0; i < w1.size(); ++i) {
+      EXPECT_NEAR(w2[i], w1[i], 1e-6) << "element " << i << " vs W=1 mbs " << mbs << " GAS " << gas;
+    }
+  }
+}
+
+TEST_F(DataParallel, AllReduceCallsPerStepEqualBucketsAndNoneOffTheBoundary) {
+  // Linear(4, 1): weight (4 elements) and bias (1). Bucket 4: 2 buckets; 1000: 1.
+  for (const char* bucket : {"4", "1000"}) {
+    const std::string out = ::testing::TempDir() + "/stepwise_dp_count";
+    auto ranks = run_ranks(2, {"train", "2", "3", "2", bucket, out}, std::chrono::seconds(120));
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
+      const std::string expected = std::string(bucket) == "4" ? "2 buckets, 4 all-reduce calls"
+                                                              : "1 buckets, 2 all-reduce calls";
+      EXPECT_NE(ranks[r].output.find(expected), std::string::npos) << ranks[r].output;
+    }
+  }
+}
+
+TEST_F(DataParallel, DeepSpeedWs2TracePerMicroStepAndRank) {
+  auto ranks =
+      run_ranks(2, {"trace", "linear_adam_none_ws2_mbs2_gas2.txt"}, std::chrono::seconds(120));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
+    EXPECT_NE(ranks[r].output.find("12 micro-steps compared, 0 failures"), std::string::npos)
+        << ranks[r].output;
+  }
+}
+
+TEST_F(DataParallel, SurvivorOfAKilledRankExitsWithinTheTimeoutNamingIt) {
+  auto ranks = run_ranks(2, {"kill"}, std::chrono::seconds(60));
+  EXPECT_EQ(ranks[1].exit_code, 128 + SIGKILL);
+  EXPECT_EQ(ranks[0].exit_code, 3) << ranks[0].output;
+  EXPECT_LT(ranks[0].seconds, 30.0) << "collective timeout is 10 s";
+  EXPECT_NE(ranks[0].output.find("failed on rank 0 of 2: rank 1 did not respond (exited, "
+                                 "crashed or hangs); collective timeout 10000 ms"),
+            std::string::npos)
+      << ranks[0].output;
+}
+
+std::string error_of(const distributed::InitOptions& options) {
+  try {
+    distributed::Context context(options);
+  } catch (const distributed::DistributedError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST_F(DataParallel, RankThatNeverArrivesIsNamedAfterTheRendezvousTimeout) {
+  const auto start = Clock::now();
+  const std::string message = error_of(distributed::InitOptions()
+                                           .rank(0)
+                                           .world_size(2)
+                                           .master_port(free_port())
+                                           .timeout(std::chrono::milliseconds(1500)));
+  EXPECT_NE(message.find("timed out after 1500 ms on rank 0 of 2: rank 1 never arrived; start "
+                         "all WORLD_SIZE processes (tools/launch -n N does) or raise the timeout"),
+            std::string::npos)
+      << message;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 30.0);
+}
+
+TEST_F(DataParallel, MissingRankZeroIsNamed) {
+  const int port = free_port();
+  const std::string message =
+      error_of(distributed::InitOptions().rank(1).world_size(2).master_port(port).timeout(
+          std::chrono::milliseconds(1500)));
+  EXPECT_NE(message.find("stepwise: rank 1 of 2 could not reach rank 0's rendezvous store at "
+                         "127.0.0.1:" +
+                         std::to_string(port) + " within 1500 ms"),
+            std::string::npos)
+      << message;
+}
+
+TEST(DistributedOptions, BadValuesAreNamedWithTheFix) {
+  EXPECT_EQ(error_of(distributed::InitOptions().rank(2).world_size(2)),
+            "rank 2 is out of range for world size 2; use a rank in 0..1 (RANK or "
+            "InitOptions::rank)");
+  EXPECT_EQ(error_of(distributed::InitOptions().world_size(0)),
+            "world size must be >= 1, got 0 (from WORLD_SIZE or InitOptions::world_size)");
+  EXPECT_EQ(error_of(distributed::InitOptions().world_size(1).master_port(70000)),
+            "master port 70000 is not a TCP port; use 1..65535 (MASTER_PORT or "
+            "InitOptions::master_port)");
+  ::setenv("WORLD_SIZE", "two", 1);
+  EXPECT_EQ(error_of(distributed::InitOptions()),
+            "environment variable WORLD_SIZE=\"two\" is not an integer; unset it or start the "
+            "program with tools/launch -n N, which sets RANK, WORLD_SIZE, LOCAL_RANK, "
+            "MASTER_ADDR and MASTER_PORT");
+  ::unsetenv("WORLD_SIZE");
+}
+
+TEST(DistributedOptions, NcclWithoutCudaSaysSo) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "CUDA LibTorch: the NCCL path is real here";
+  const std::string message =
+      error_of(distributed::InitOptions().world_size(1).backend(distributed::Backend::kNccl));
+  EXPECT_NE(message.find("the NCCL backend was requested, but stepwise was built without CUDA"),
+            std::string::npos)
+      << message;
+}
+
+TEST(DistributedOptions, WorldOfOneIsANoOpAndInitTwiceIsAnError) {
+  ::unsetenv("WORLD_SIZE");
+  EXPECT_FALSE(distributed::is_initialized());
+  EXPECT_EQ(distributed::world_size(), 1);
+  auto context = distributed::init(distributed::InitOptions().world_size(1).rank(0));
+  EXPECT_EQ(context->backend_name(), "gloo");
+  EXPECT_EQ(distributed::world_size(), 1);
+  try {
+    distributed::init();
+    ADD_FAILURE() << "init twice did not throw";
+  } catch (const distributed::DistributedError& e) {
+    EXPECT_STREQ(e.what(),
+                 "stepwise::distributed::init was called twice (this process is already rank 0 "
+                 "of 1); call it once, before stepwise::initialize, or call shutdown() first");
+  }
+  auto t = torch::ones({3});
+  context->all_reduce_sum(t, "a test tensor");
+  EXPECT_TRUE(t.equal(torch::ones({3})));
+  distributed::shutdown();
+  EXPECT_FALSE(distributed::is_initialized());
+}
+
+TEST(DistributedOptions, ReducerBucketsAndBadBucketSize) {
+  std::vector<torch::Tensor> params{torch::zeros({4}), torch::zeros({1}), torch::zeros({3})};
+  EXPECT_EQ(distributed::BucketedReducer(nullptr, 4).num_buckets(params), 2);  // [4] [1, 3]
+  EXPECT_EQ(distributed::BucketedReducer(nullptr, 5).num_buckets(params), 2);
+  EXPECT_EQ(distributed::BucketedReducer(nullptr, 8).num_buckets(params), 1);
+  EXPECT_EQ(distributed::BucketedReducer(nullptr, 2).num_buckets(params), 3);
+  try {
+    distributed::BucketedReducer(nullptr, 0);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "stepwise.reduce_bucket_size must be > 0, got 0");
+  }
+}
+
+TEST_F(DataParallel, DifferentGasAcrossRanksIsReportedAtInitialize) {
+  auto ranks = run_ranks(2, {"mismatch-gas"}, std::chrono::seconds(120));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r].exit_code, 3) << ranks[r].output;
+    EXPECT_NE(ranks[r].output.find("stepwise::initialize: the ranks disagree on the "
+                                   "gradient_accumulation_steps (2 on rank 0, 3 on rank 1). "
+                                   "Every rank must run the same model with the same config"),
+              std::string::npos)
+        << ranks[r].output;
+  }
+}
+
+TEST_F(DataParallel, DifferentParameterShapesAcrossRanksAreReportedAtInitialize) {
+  auto ranks = run_ranks(2, {"mismatch-shape"}, std::chrono::seconds(120));
+  EXPECT_EQ(ranks[0].exit_code, 3) << ranks[0].output;
+  EXPECT_NE(ranks[0].output.find("the ranks disagree on the number of trainable elements (5 on "
+                                 "rank 0, 6 on rank 1)"),
+            std::string::npos)
+      << ranks[0].output;
+  EXPECT_NE(ranks[0].output.find("this rank (0) has parameter shapes [1, 4], [1]"),
+            std::string::npos)
+      << ranks[0].output;
+}
+
+struct Launched {
+  int exit_code = -1;
+  std::string output;
+};
+
+Launched launch(const std::string& args) {
+  Launched out;
+  const std::string command = std::string(STEPWISE_LAUNCH) + " " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) out.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+class Launcher : public DataParallel {
+ protected:
+  void SetUp() override {
+    DataParallel::SetUp();
+    if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "tools/launch needs python3";
+  }
+};
+
+TEST_F(Launcher, PrefixesEveryLineWithItsRank) {
+  auto run = launch(std::string("-n 2 -- ") + STEPWISE_DIST_WORKER +
+                    " trace linear_adam_none_ws2_mbs2_gas2.txt");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("[rank 0] rank 0: 12 micro-steps compared, 0 failures"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("[rank 1] rank 1: 12 micro-steps compared, 0 failures"),
+            std::string::npos)
+      << run.output;
+}
+
+TEST_F(Launcher, FailsFastWithTheFailingRanksCode) {
+  const auto start = Clock::now();
+  auto run = launch(std::string("-n 2 -- ") + STEPWISE_DIST_WORKER + " kill");
+  EXPECT_EQ(run.exit_code, 128 + SIGKILL) << run.output;
+  EXPECT_NE(run.output.find("[launch] rank 1 exited with code 137; stopped the other ranks"),
+            std::string::npos)
+      << run.output;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 30.0);
+}
+
+TEST_F(Launcher, UsageErrors) {
+  auto run = launch("-n 0 -- true");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.output.find("-n must be >= 1, got 0"), std::string::npos) << run.output;
+  run = launch("-n 2");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.output.find("no program given; usage: tools/launch -n N -- PROGRAM [ARGS...]"),
+            std::string::npos)
+      << run.output;
+}
+
+}  // namespace
+}  // namespace stepwise

@@ -1,0 +1,173 @@
+// One rank of the data-parallel tests (tests/distributed/distributed_test.cpp
+// starts W of these with torchrun's variables). Exit 0 when every check of the
+// mode passed; failures are printed, one per line.
+//
+//   worker trace FILE                    the DeepSpeed trace, per micro-step, this rank
+//   worker train MBS GAS STEPS BUCKET OUT  trains; checks all-reduce counts; writes weights
+//   worker kill                          rank 1 dies at micro-step 3; rank 0 must fail
+//   worker mismatch-gas | mismatch-shape  the ranks disagree; initialize must throw
+#include <stepwise/stepwise.h>
+
+#include <csignal>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "support/reference_problem.h"
+
+namespace {
+
+using stepwise::testing::reference_linear;
+using stepwise::testing::reference_samples;
+using stepwise::testing::reference_start;
+
+int failures = 0;
+
+void check(bool ok, const std::string& what) {
+  if (!ok) {
+    std::cout << "FAILED: " << what << std::endl;
+    failures += 1;
+  }
+}
+
+void check_rel(double actual, double expected, double rel, const std::string& what) {
+  const double tolerance = rel * std::max(1.0, std::fabs(expected));
+  check(std::fabs(actual - expected) <= tolerance,
+        what + ": " + std::to_string(actual) + " vs " + std::to_string(expected));
+}
+
+stepwise::Config config_for(int64_t mbs, int64_t gas, int64_t bucket) {
+  nlohmann::json json = {{"train_micro_batch_size_per_gpu", mbs},
+                         {"gradient_accumulation_steps", gas},
+                         {"gradient_clipping", 0.5},
+                         {"steps_per_print", 1000000000},
+                         {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.05}}}}},
+                         {"stepwise", {{"reduce_bucket_size", bucket}}}};
+  return stepwise::Config::from_json(json);
+}
+
+int run_trace(const std::string& file) {
+  const int64_t world = stepwise::distributed::world_size_for_engine();
+  const int64_t rank = stepwise::distributed::rank();
+  const auto trace = stepwise::testing::read_trace(file, rank);
+  check(trace.setup["world_size"] == world, "world size of the trace");
+  auto model = reference_linear();
+  if (rank == 1) {
+    // Rank 1 starts elsewhere: initialize must broadcast rank 0's parameters.
+    torch::NoGradGuard no_grad;
+    model->weight.fill_(7.0);
+  }
+  auto engine = stepwise::initialize(model, stepwise::Config::from_json(trace.setup["config"]));
+  const int64_t gas = engine.gradient_accumulation_steps();
+  const int64_t mbs = engine.train_micro_batch_size_per_gpu();
+  check(engine.train_batch_size() == trace.setup["train_batch_size"], "train_batch_size");
+  for (const auto& rec : trace.micro) {
+    const int64_t t = rec["micro_step"];
+    const std::string at = "rank " + std::to_string(rank) + " micro_step " + std::to_string(t);
+    const int64_t first = reference_start(t, gas, mbs, world, rank);
+    check(first == rec["sample_indices"][0], at + " first sample");
+    auto [x, y] = reference_samples(first, mbs);
+    auto loss = torch::mse_loss(model->forward(x), y);
+    check_rel(loss.item<double>(), rec["forward_loss"], 1e-5, at + " forward_loss");
+    check(engine.is_gradient_accumulation_boundary() == rec["is_gas_boundary"], at + " boundary");
+    auto returned = engine.backward(loss);
+    check_rel(returned.item<double>(), rec["backward_return"], 1e-5, at + " backward_return");
+    engine.step();
+    check(engine.was_step_applied() == rec["was_step_applied"], at + " was_step_applied");
+    check(engine.global_steps() == rec["global_steps"], at + " global_steps");
+    check(engine.global_samples() == rec["global_samples"], at + " global_samples");
+    check(engine.micro_steps() == rec["micro_steps"], at + " micro_steps");
+    if (!rec["grad_norm_pre_clip"].is_null()) {
+      check_rel(engine.global_grad_norm(), rec["grad_norm_pre_clip"], 1e-5, at + " grad norm");
+    }
+    check_rel(engine.get_lr().at(0), rec["lr_after_step"], 1e-12, at + " lr_after_step");
+  }
+  const auto& w = trace.final_weights;
+  for (int64_t b = 0; b < 4; ++b) {
+    check(std::fabs(model->weight[0][b].item<double>() - w["weight"][b].get<double>()) <= 1e-5,
+          "final weight " + std::to_string(b));
+  }
+  check(std::fabs(model->bias[0].item<double>() - w["bias"][0].get<double>()) <= 1e-5,
+        "final bias");
+  std::cout << "rank " << rank << ": " << trace.micro.size() << " micro-steps compared, "
+            << failures << " failures" << std::endl;
+  return failures == 0 ? 0 : 1;
+}
+
+int run_train(int64_t mbs, int64_t gas, int64_t steps, int64_t bucket, const std::string& out) {
+  auto model = reference_linear();
+  auto engine = stepwise::initialize(model, config_for(mbs, gas, bucket));
+  const int64_t world = stepwise::distributed::world_size();
+  const int64_t rank = stepwise::distributed::rank();
+  const auto& reducer = engine.gradient_reducer();
+  std::vector<torch::Tensor> params = model->parameters();
+  const int64_t buckets =
+      world == 1 ? 0 : stepwise::distributed::BucketedReducer(nullptr, bucket).num_buckets(params);
+  for (int64_t t = 0; t < steps * gas; ++t) {
+    auto [x, y] = reference_samples(reference_start(t, gas, mbs, world, rank), mbs);
+    const int64_t before = reducer.all_reduce_calls();
+    const bool boundary = engine.is_gradient_accumulation_boundary();
+    engine.backward(torch::mse_loss(model->forward(x), y));
+    engine.step();
+    const int64_t calls = reducer.all_reduce_calls() - before;
+    check(calls == (boundary ? buckets : 0),
+          "micro-step " + std::to_string(t) + ": " + std::to_string(calls) +
+              " all-reduce calls, expected " + std::to_string(boundary ? buckets : 0));
+  }
+  std::cout << "rank " << rank << ": " << buckets << " buckets, " << reducer.all_reduce_calls()
+            << " all-reduce calls in " << steps << " steps" << std::endl;
+  std::ofstream file(out + "." + std::to_string(rank), std::ios::binary);
+  for (const auto& p : params) {
+    auto c = p.detach().contiguous();
+    file.write(static_cast<const char*>(c.data_ptr()), c.numel() * sizeof(float));
+  }
+  stepwise::distributed::shutdown();
+  return failures == 0 ? 0 : 1;
+}
+
+int run_kill() {
+  stepwise::distributed::init(
+      stepwise::distributed::InitOptions().timeout(std::chrono::seconds(10)));
+  auto model = reference_linear();
+  auto engine = stepwise::initialize(model, config_for(2, 2, 1000));
+  const int64_t rank = stepwise::distributed::rank();
+  for (int64_t t = 0; t < 12; ++t) {
+    if (rank == 1 && t == 3) std::raise(SIGKILL);
+    auto [x, y] = reference_samples(reference_start(t, 2, 2, 2, rank), 2);
+    engine.backward(torch::mse_loss(model->forward(x), y));
+    engine.step();
+  }
+  std::cout << "rank " << rank << " finished, which it should not have" << std::endl;
+  return 0;
+}
+
+int run_mismatch(bool shapes) {
+  const int64_t rank =
+      stepwise::distributed::world_size_for_engine() > 1 ? stepwise::distributed::rank() : 0;
+  std::shared_ptr<torch::nn::Module> model = reference_linear().ptr();
+  if (shapes && rank == 1) model = torch::nn::Linear(5, 1).ptr();
+  auto engine = stepwise::initialize(model, config_for(2, shapes ? 2 : 2 + rank, 1000));
+  std::cout << "initialize did not throw" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (args.size() == 2 && args[0] == "trace") return run_trace(args[1]);
+    if (args.size() == 6 && args[0] == "train") {
+      return run_train(std::stoll(args[1]), std::stoll(args[2]), std::stoll(args[3]),
+                       std::stoll(args[4]), args[5]);
+    }
+    if (args.size() == 1 && args[0] == "kill") return run_kill();
+    if (args.size() == 1 && args[0] == "mismatch-gas") return run_mismatch(false);
+    if (args.size() == 1 && args[0] == "mismatch-shape") return run_mismatch(true);
+  } catch (const std::exception& e) {
+    std::cout << "error: " << e.what() << std::endl;
+    return 3;
+  }
+  std::cerr << "usage: see the comment at the top of tests/distributed/worker.cpp\n";
+  return 2;
+}
