@@ -2,6 +2,7 @@
 #include <stepwise/errors.h>
 
 #include "json_reader.h"
+#include "schedule_checks.h"
 
 #include <nlohmann/json.hpp>
 
@@ -106,18 +107,6 @@ OptimizerConfig parse_optimizer(const nlohmann::json& json) {
   return out;
 }
 
-void check_warmup(int64_t steps, WarmupType type, const std::string& path) {
-  check_positive(steps, path + ".warmup_num_steps");
-  STEPWISE_CHECK(type != WarmupType::kLog || steps >= 2, ConfigError, path,
-                 ".warmup_num_steps must be >= 2 with warmup_type \"log\" (ln(1) = 0), got ", steps,
-                 "; use warmup_type \"linear\" or more steps");
-}
-
-void check_total(int64_t total, int64_t warmup, const std::string& path) {
-  STEPWISE_CHECK(total > warmup, ConfigError, path, ".total_num_steps (", total,
-                 ") must be greater than ", path, ".warmup_num_steps (", warmup, ")");
-}
-
 void get_warmup_type(ObjectReader& p, WarmupType& out) {
   std::string text;
   if (p.get("warmup_type", text)) {
@@ -140,7 +129,7 @@ SchedulerConfig parse_scheduler(const nlohmann::json& json) {
     p.get("warmup_max_lr", o.warmup_max_lr());
     p.get("warmup_num_steps", o.warmup_num_steps());
     get_warmup_type(p, o.warmup_type());
-    check_warmup(o.warmup_num_steps(), o.warmup_type(), path);
+    detail::check_warmup_steps(o.warmup_num_steps(), o.warmup_type(), path + ".");
     if (out.type == "WarmupLR") {
       p.finish({"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type"});
       out.params = WarmupLROptions()
@@ -153,7 +142,7 @@ SchedulerConfig parse_scheduler(const nlohmann::json& json) {
                      "scheduler.params.total_num_steps is required for WarmupDecayLR");
       p.finish(
           {"total_num_steps", "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type"});
-      check_total(o.total_num_steps(), o.warmup_num_steps(), path);
+      detail::check_total_steps(o.total_num_steps(), o.warmup_num_steps(), path + ".");
       out.params = o;
     }
   } else if (out.type == "WarmupCosineLR") {
@@ -166,8 +155,8 @@ SchedulerConfig parse_scheduler(const nlohmann::json& json) {
     get_warmup_type(p, o.warmup_type());
     p.finish({"total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio",
               "warmup_type"});
-    check_warmup(o.warmup_num_steps(), o.warmup_type(), path);
-    check_total(o.total_num_steps(), o.warmup_num_steps(), path);
+    detail::check_warmup_steps(o.warmup_num_steps(), o.warmup_type(), path + ".");
+    detail::check_total_steps(o.total_num_steps(), o.warmup_num_steps(), path + ".");
     check_non_negative(o.warmup_min_ratio(), path + ".warmup_min_ratio");
     check_non_negative(o.cos_min_ratio(), path + ".cos_min_ratio");
     out.params = o;

@@ -1,6 +1,8 @@
 #include <stepwise/errors.h>
 #include <stepwise/lr_schedules.h>
 
+#include "schedule_checks.h"
+
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
@@ -16,6 +18,23 @@ WarmupType parse_warmup_type(const std::string& value, const std::string& path) 
   throw ConfigError(
       c10::str(path, " \"", value, "\" is not a warmup type; use \"log\" or \"linear\""));
 }
+
+namespace detail {
+
+void check_warmup_steps(int64_t steps, WarmupType type, const std::string& prefix) {
+  STEPWISE_CHECK(steps > 0, ConfigError, prefix,
+                 "warmup_num_steps must be a positive integer, got ", steps);
+  STEPWISE_CHECK(type != WarmupType::kLog || steps >= 2, ConfigError, prefix,
+                 "warmup_num_steps must be >= 2 with warmup_type \"log\" (ln(1) = 0), got ", steps,
+                 "; use warmup_type \"linear\" or more steps");
+}
+
+void check_total_steps(int64_t total, int64_t warmup, const std::string& prefix) {
+  STEPWISE_CHECK(total > warmup, ConfigError, prefix, "total_num_steps (", total,
+                 ") must be greater than ", prefix, "warmup_num_steps (", warmup, ")");
+}
+
+}  // namespace detail
 
 std::string to_string(WarmupType type) { return type == WarmupType::kLog ? "log" : "linear"; }
 
@@ -71,12 +90,7 @@ WarmupLR::WarmupLR(torch::optim::Optimizer& optimizer, const WarmupLROptions& op
 
 WarmupLR::WarmupLR(torch::optim::Optimizer& optimizer, const WarmupLROptions& options, bool)
     : Schedule(optimizer), options_(options) {
-  STEPWISE_CHECK(options.warmup_num_steps() > 0, ConfigError,
-                 "warmup_num_steps must be a positive integer, got ", options.warmup_num_steps());
-  STEPWISE_CHECK(options.warmup_type() != WarmupType::kLog || options.warmup_num_steps() >= 2,
-                 ConfigError,
-                 "warmup_num_steps must be >= 2 with warmup_type \"log\" (ln(1) = 0), got ",
-                 options.warmup_num_steps(), "; use warmup_type \"linear\" or more steps");
+  detail::check_warmup_steps(options.warmup_num_steps(), options.warmup_type(), "");
 }
 
 double WarmupLR::warmup_gamma(int64_t lbi) const {
@@ -107,9 +121,7 @@ WarmupDecayLR::WarmupDecayLR(torch::optim::Optimizer& optimizer,
                    .warmup_type(options.warmup_type()),
                true),
       total_num_steps_(options.total_num_steps()) {
-  STEPWISE_CHECK(total_num_steps_ > options.warmup_num_steps(), ConfigError, "total_num_steps (",
-                 total_num_steps_, ") must be greater than warmup_num_steps (",
-                 options.warmup_num_steps(), ")");
+  detail::check_total_steps(total_num_steps_, options.warmup_num_steps(), "");
   start();
 }
 
@@ -125,15 +137,8 @@ double WarmupDecayLR::gamma(int64_t lbi) const {
 WarmupCosineLR::WarmupCosineLR(torch::optim::Optimizer& optimizer,
                                const WarmupCosineLROptions& options)
     : Schedule(optimizer), options_(options) {
-  STEPWISE_CHECK(options.total_num_steps() > options.warmup_num_steps(), ConfigError,
-                 "total_num_steps (", options.total_num_steps(),
-                 ") must be greater than warmup_num_steps (", options.warmup_num_steps(), ")");
-  STEPWISE_CHECK(options.warmup_num_steps() > 0, ConfigError,
-                 "warmup_num_steps must be a positive integer, got ", options.warmup_num_steps());
-  STEPWISE_CHECK(options.warmup_type() != WarmupType::kLog || options.warmup_num_steps() >= 2,
-                 ConfigError,
-                 "warmup_num_steps must be >= 2 with warmup_type \"log\" (ln(1) = 0), got ",
-                 options.warmup_num_steps());
+  detail::check_warmup_steps(options.warmup_num_steps(), options.warmup_type(), "");
+  detail::check_total_steps(options.total_num_steps(), options.warmup_num_steps(), "");
   start();
 }
 
