@@ -36,7 +36,7 @@ def _type_text(elem):
 def header_directives(xml_dir, header):
     index = ET.parse(os.path.join(xml_dir, "index.xml")).getroot()
     file_id = next(c.get("refid") for c in index.iter("compound")
-                   if c.get("kind") == "file" and c.findtext("name") == header)
+                   if c.get("kind") == "file" and c.findtext("name") == os.path.basename(header))
     file_xml = ET.parse(os.path.join(xml_dir, file_id + ".xml")).getroot()
     out = []
     for inner in file_xml.iter("innerclass"):
@@ -45,16 +45,20 @@ def header_directives(xml_dir, header):
     for m in file_xml.iter("memberdef"):
         if m.get("kind") == "define":
             out += [f".. doxygendefine:: {m.findtext('name')}", ""]
-    ns = ET.parse(os.path.join(xml_dir, "namespacestepwise.xml")).getroot()
-    for m in ns.iter("memberdef"):
-        if m.find("location").get("file") != "stepwise/" + header:
-            continue
-        name = "stepwise::" + m.findtext("name")
-        if m.get("kind") == "function":
-            params = ", ".join(_type_text(p.find("type")) for p in m.findall("param"))
-            out += [f".. doxygenfunction:: {name}({params})", ""]
-        elif m.get("kind") in ("enum", "variable", "typedef"):
-            out += [f".. doxygen{m.get('kind')}:: {name}", ""]
+    # Free functions, enums, variables of stepwise and its nested namespaces (fused, cuda).
+    namespaces = [(c.findtext("name"), c.get("refid")) for c in index.iter("compound")
+                  if c.get("kind") == "namespace" and c.findtext("name").startswith("stepwise")]
+    for ns_name, ns_id in namespaces:
+        ns = ET.parse(os.path.join(xml_dir, ns_id + ".xml")).getroot()
+        for m in ns.iter("memberdef"):
+            if m.find("location").get("file") != "stepwise/" + header:
+                continue
+            name = ns_name + "::" + m.findtext("name")
+            if m.get("kind") == "function":
+                params = ", ".join(_type_text(p.find("type")) for p in m.findall("param"))
+                out += [f".. doxygenfunction:: {name}({params})", ""]
+            elif m.get("kind") in ("enum", "variable", "typedef"):
+                out += [f".. doxygen{m.get('kind')}:: {name}", ""]
     return out
 
 

@@ -81,8 +81,11 @@ OptimizerConfig parse_optimizer(const nlohmann::json& json) {
       p.get("eps", out.eps);
       p.get("adam_w_mode", out.adam_w_mode);
       p.get("amsgrad", out.amsgrad);
-      bool torch_adam = true;  // stepwise always uses LibTorch's implementation
-      p.get("torch_adam", torch_adam);
+      if (p.has("torch_adam")) {
+        bool torch_adam = true;
+        p.get("torch_adam", torch_adam);
+        out.torch_adam = torch_adam;
+      }
     } else {
       valid.insert(valid.end(), {"momentum", "dampening", "nesterov"});
       p.get("momentum", out.momentum);
@@ -104,6 +107,9 @@ OptimizerConfig parse_optimizer(const nlohmann::json& json) {
   STEPWISE_CHECK(!out.nesterov || (out.momentum > 0.0 && out.dampening == 0.0), ConfigError,
                  "optimizer.params.nesterov needs momentum > 0 and dampening 0, got momentum ",
                  out.momentum, " and dampening ", out.dampening);
+  STEPWISE_CHECK(!(out.amsgrad && out.torch_adam == false), ConfigError,
+                 "optimizer.params.amsgrad is true but torch_adam is false: the fused Adam has no "
+                 "AMSGrad; set \"torch_adam\": true (or drop amsgrad)");
   return out;
 }
 

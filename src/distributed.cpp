@@ -1,13 +1,10 @@
-// The c10d process group (Gloo), the global context and the bucketed reducer.
-// This file is compiled with USE_C10D_GLOO (CMake): ProcessGroupGloo.hpp is
-// empty without it.
+// The c10d process group (Gloo or NCCL), the global context and the bucketed reducer.
 #include <stepwise/config.h>
 #include <stepwise/distributed.h>
 
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
@@ -57,7 +54,7 @@ std::string list_ranks(const std::vector<int64_t>& ranks) {
 
 struct Context::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<detail::Group> group;
   std::string master;
   int64_t failures = 0;
 };
@@ -160,9 +157,10 @@ Context::Context(const InitOptions& options) : impl_(std::make_unique<Impl>()) {
                                     "-n N does) or raise the timeout"));
   }
   try {
-    impl_->group = detail::make_process_group(
-        options.backend(), c10::make_intrusive<c10d::PrefixStore>("pg", impl_->store), rank_,
-        world_size_, addr, timeout_);
+    auto store = c10::make_intrusive<c10d::PrefixStore>("pg", impl_->store);
+    impl_->group = options.backend() == Backend::kNccl
+                       ? detail::make_nccl_process_group(store, rank_, world_size_, timeout_)
+                       : detail::make_gloo_process_group(store, rank_, world_size_, addr, timeout_);
   } catch (const DistributedError&) {
     throw;
   } catch (const std::exception& e) {
@@ -173,8 +171,6 @@ Context::Context(const InitOptions& options) : impl_(std::make_unique<Impl>()) {
 Context::~Context() = default;
 
 std::string Context::backend_name() const { return impl_->group->getBackendName(); }
-
-c10d::ProcessGroup& Context::process_group() { return *impl_->group; }
 
 void Context::all_reduce_sum(torch::Tensor& tensor, const std::string& what) {
   std::vector<torch::Tensor> tensors{tensor};

@@ -71,6 +71,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
       accumulator_(sizes_.gradient_accumulation_steps, config_.stepwise.strict_cadence) {
   optimizer_ =
       choose_optimizer(config_, std::move(client_optimizer), precision_.optimizer_params());
+  precision_.attach(*optimizer_);
   STEPWISE_CHECK(!(client_scheduler && config_.scheduler), ConfigError,
                  "both a client LR scheduler and a \"scheduler\" config section (type \"",
                  config_.scheduler ? config_.scheduler->type : "",

@@ -1,4 +1,5 @@
 #include <stepwise/errors.h>
+#include <stepwise/fused_adamw.h>
 #include <stepwise/optimizers.h>
 
 #include <torch/optim/adam.h>
@@ -15,6 +16,20 @@ const std::vector<std::string>& supported_optimizer_types() {
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         std::vector<torch::Tensor> params) {
   const auto betas = std::make_tuple(config.betas[0], config.betas[1]);
+  // NOTE: [fused by device] "Adam"/"AdamW" use FusedAdamW when asked (torch_adam false)
+  // or, unset, when the parameters are on CUDA (one kernel for all parameters, as
+  // DeepSpeed's FusedAdam); on CPU LibTorch's optimizers stay the default.
+  const bool on_cuda = !params.empty() && params.front().is_cuda();
+  const bool fused = !config.amsgrad && !config.torch_adam.value_or(!on_cuda);
+  if (fused && (config.type == "Adam" || config.type == "AdamW")) {
+    const bool decoupled = config.type == "AdamW" || config.adam_w_mode;
+    return std::make_unique<FusedAdamW>(std::move(params),
+                                        torch::optim::AdamWOptions(config.lr)
+                                            .betas(betas)
+                                            .eps(config.eps)
+                                            .weight_decay(config.weight_decay),
+                                        decoupled);
+  }
   // see NOTE: [Adam means AdamW]
   if (config.type == "AdamW" || (config.type == "Adam" && config.adam_w_mode)) {
     return std::make_unique<torch::optim::AdamW>(std::move(params),

@@ -1,5 +1,6 @@
-#include <stepwise/clip.h>
 #include <stepwise/errors.h>
+#include <stepwise/fused.h>
+#include <stepwise/fused_adamw.h>
 #include <stepwise/precision.h>
 
 #include <torch/torch.h>
@@ -47,25 +48,45 @@ torch::Tensor Precision::scale_loss(const torch::Tensor& loss) const {
 GradientStats Precision::unscale_and_check(double factor) {
   torch::NoGradGuard no_grad;
   const double coef = factor / loss_scale();
+  std::vector<torch::Tensor> grads;  // the optimizer's (fp32) gradients
   for (size_t i = 0; i < model_.size(); ++i) {
     const auto& g = model_[i].grad();
     if (!g.defined()) continue;
-    if (master_[i].is_same(model_[i])) {
-      if (coef != 1.0) g.mul_(coef);
-    } else {
-      master_[i].mutable_grad() = g.to(torch::kFloat).mul_(coef);
-    }
+    if (!master_[i].is_same(model_[i])) master_[i].mutable_grad() = g.to(torch::kFloat);
+    grads.push_back(master_[i].grad());
   }
-  // NOTE: [one sync per step] the norm is the only value brought to the host; an inf or
-  // nan in any gradient makes it non-finite, which is the fp16 overflow flag.
+  // NOTE: [one sync per step] unscale + inf/nan flag, then the norm, both fused over
+  // all tensors and left on the device; one transfer brings both to the host. A norm
+  // that overflows fp32 from finite gradients also counts as an fp16 overflow. fp32
+  // and bf16 at a full boundary (coef 1) need neither the multiply nor the flag.
+  torch::Tensor found_inf;
+  if (mode_ == PrecisionMode::kFp16 || coef != 1.0) {
+    found_inf = fused::unscale_and_check(grads, coef);
+  }
+  const auto norm = fused::global_norm(grads).reshape({1});
+  const auto host =
+      (found_inf.defined() ? torch::cat({norm, found_inf.reshape({1})}) : norm).to(torch::kCPU);
   GradientStats stats;
-  stats.norm = global_grad_norm(master_);
-  stats.overflow = mode_ == PrecisionMode::kFp16 && !std::isfinite(stats.norm);
+  stats.norm = host[0].item<double>();
+  stats.overflow = mode_ == PrecisionMode::kFp16 &&
+                   (host[1].item<float>() != 0.0f || !std::isfinite(stats.norm));
   return stats;
 }
 
+void Precision::attach(torch::optim::Optimizer& optimizer) {
+  // NOTE: [fused write-back] a FusedAdamW writes the rounded new weights into the
+  // half/bf16 model in the same pass as the update; copy_to_model() then has nothing
+  // left to do.
+  auto* fused_optimizer = dynamic_cast<FusedAdamW*>(&optimizer);
+  if (mode_ == PrecisionMode::kFp32 || fused_optimizer == nullptr) return;
+  std::vector<torch::Tensor> copies;
+  for (const auto& p : model_) copies.push_back(p.detach());
+  fused_optimizer->set_model_copies(std::move(copies));
+  writes_back_ = true;
+}
+
 void Precision::copy_to_model() {
-  if (mode_ == PrecisionMode::kFp32) return;
+  if (mode_ == PrecisionMode::kFp32 || writes_back_) return;
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < model_.size(); ++i) {
     model_[i].detach().copy_(master_[i].detach());

@@ -5,10 +5,10 @@
 
 namespace stepwise::distributed::detail {
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(
-    Backend backend, const c10::intrusive_ptr<c10d::Store>& store, int64_t rank, int64_t world_size,
-    const std::string& master_addr, std::chrono::milliseconds timeout) {
-  if (backend == Backend::kNccl) return make_nccl_process_group(store, rank, world_size, timeout);
+c10::intrusive_ptr<Group> make_gloo_process_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                  int64_t rank, int64_t world_size,
+                                                  const std::string& master_addr,
+                                                  std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   // NOTE: [gloo device] createDefaultDevice binds to the address the host name
   // resolves to, which in containers can be unreachable; a loopback rendezvous

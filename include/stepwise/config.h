@@ -49,6 +49,9 @@ struct OptimizerConfig {
   bool adam_w_mode = true;
   /// Adam/AdamW: the AMSGrad variant.
   bool amsgrad = false;
+  /// Adam/AdamW: true = LibTorch's torch::optim::Adam/AdamW, false = stepwise's
+  /// FusedAdamW (fused_adamw.h); unset = fused when the parameters are on CUDA.
+  std::optional<bool> torch_adam;
   /// SGD momentum.
   double momentum = 0.0;
   /// SGD dampening.

@@ -29,10 +29,6 @@
 #include <string>
 #include <vector>
 
-namespace c10d {
-class ProcessGroup;
-}
-
 namespace stepwise {
 
 struct BatchSizes;
@@ -100,9 +96,6 @@ class Context {
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor, const std::string& what);
   /// Waits until every rank calls it.
   void barrier(const std::string& what);
-
-  /// The underlying c10d process group (for collectives stepwise does not wrap).
-  c10d::ProcessGroup& process_group();
 
  private:
   [[noreturn]] void fail(const std::string& what, const std::exception& cause);

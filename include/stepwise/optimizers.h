@@ -7,9 +7,11 @@
 //   opt.lr = 1e-3;
 //   auto optimizer = stepwise::make_optimizer(opt, model->parameters());
 //
-// Built on LibTorch's own optimizers: "Adam" -> torch::optim::AdamW (or
-// torch::optim::Adam with adam_w_mode = false), "AdamW" -> AdamW,
-// "SGD" -> torch::optim::SGD. see NOTE: [Adam means AdamW]
+// "Adam" -> AdamW (or Adam with adam_w_mode = false), "AdamW" -> AdamW, "SGD" ->
+// torch::optim::SGD. Adam/AdamW are stepwise::FusedAdamW (one fused update for all
+// parameters) when the parameters are on CUDA or optimizer.params.torch_adam is false,
+// and LibTorch's torch::optim::AdamW/Adam otherwise (CPU default, torch_adam true, or
+// amsgrad). see NOTE: [Adam means AdamW], NOTE: [fused by device]
 #pragma once
 
 #include <stepwise/config.h>

@@ -4,6 +4,7 @@
 //
 //   stepwise::Precision precision(config, *model);  // casts the model to half/bf16
 //   auto optimizer = make_optimizer(opt, precision.optimizer_params());  // fp32 masters
+//   precision.attach(*optimizer);                  // a FusedAdamW writes the model too
 //   precision.scale_loss(loss / gas).backward();   // * S for fp16
 //   auto stats = precision.unscale_and_check(1.0); // master grads, norm, overflow
 //   if (!stats.overflow) { optimizer.step(); precision.copy_to_model(); }
@@ -21,6 +22,7 @@
 #include <stepwise/loss_scaler.h>
 
 #include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
 #include <optional>
@@ -63,7 +65,11 @@ class Precision {
   /// Moves the model's gradients to the masters, multiplies them by factor / S,
   /// and computes the norm and the overflow flag with one host sync.
   GradientStats unscale_and_check(double factor);
-  /// Copies the masters back into the model's parameters (after an applied step).
+  /// Lets a FusedAdamW over optimizer_params() write the model's half/bf16 weights in
+  /// its update (see NOTE: [fused write-back]); other optimizers are left alone.
+  void attach(torch::optim::Optimizer& optimizer);
+  /// Copies the masters back into the model's parameters (after an applied step); a
+  /// no-op when an attached FusedAdamW already did.
   void copy_to_model();
   /// Sets every gradient (model and masters) to none.
   void zero_grads();
@@ -75,6 +81,7 @@ class Precision {
   std::vector<torch::Tensor> model_;
   std::vector<torch::Tensor> master_;
   std::optional<LossScaler> scaler_;
+  bool writes_back_ = false;
 };
 
 }  // namespace stepwise

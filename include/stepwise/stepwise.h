@@ -12,6 +12,8 @@
 #include <stepwise/distributed.h>
 #include <stepwise/engine.h>
 #include <stepwise/errors.h>
+#include <stepwise/fused.h>
+#include <stepwise/fused_adamw.h>
 #include <stepwise/loss_scaler.h>
 #include <stepwise/lr_schedules.h>
 #include <stepwise/optimizers.h>

@@ -12,7 +12,9 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <iomanip>
 #include <iostream>
+#include <limits>
 #include <regex>
 #include <set>
 #include <sstream>

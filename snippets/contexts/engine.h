@@ -5,6 +5,9 @@
 //   engine   stepwise::Engine from `config_json` (mbs 2, GAS 4, AdamW lr 0.01, clip 1.0)
 //   batches  8 micro-batches {x [2, 4], y [2, 1]}
 //   loss_of(i)  the MSE loss of micro-batch i under the current model
+//
+// The model and batches live on $STEPWISE_DOCS_DEVICE (default CPU; tools/gpu-check
+// sets "cuda"), so the same fragments test the CUDA path on a GPU machine.
 #pragma once
 
 #include <stepwise/stepwise.h>
@@ -12,7 +15,10 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <iomanip>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,15 +31,26 @@ struct engine_context {
     "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}
   })";
 
+  static torch::Device device() {
+    const char* name = std::getenv("STEPWISE_DOCS_DEVICE");
+    return torch::Device(name != nullptr && *name != '\0' ? name : "cpu");
+  }
+
   static torch::nn::Linear make_model() {
     torch::manual_seed(0);
-    return torch::nn::Linear(4, 1);
+    torch::nn::Linear model(4, 1);
+    model->to(device());
+    return model;
   }
 
   static std::vector<std::pair<torch::Tensor, torch::Tensor>> make_batches() {
     torch::manual_seed(1);
     std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
-    for (int i = 0; i < 8; ++i) out.emplace_back(torch::randn({2, 4}), torch::randn({2, 1}));
+    for (int i = 0; i < 8; ++i) {
+      auto x = torch::randn({2, 4});
+      auto y = torch::randn({2, 1});
+      out.emplace_back(x.to(device()), y.to(device()));
+    }
     return out;
   }
 

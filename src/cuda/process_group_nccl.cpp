@@ -5,9 +5,9 @@
 
 namespace stepwise::distributed::detail {
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_nccl_process_group(
-    const c10::intrusive_ptr<c10d::Store>& store, int64_t rank, int64_t world_size,
-    std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<Group> make_nccl_process_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                  int64_t rank, int64_t world_size,
+                                                  std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank),

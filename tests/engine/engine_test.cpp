@@ -28,14 +28,18 @@ struct RunResult {
 };
 
 // Trains on samples 0 .. samples-1 in order, mbs at a time.
+// On testing::test_device() (CUDA in tools/gpu-check).
 RunResult train(int64_t mbs, int64_t gas, int64_t samples) {
+  const auto device = testing::test_device();
   auto model = reference_linear();
+  model->to(device);
   auto engine = initialize(model, Config::from_string(config_json(mbs, gas)));
   RunResult out;
   double window = 0.0;
   for (int64_t first = 0; first < samples; first += mbs) {
     auto [x, y] = reference_samples(first, mbs);
-    window += engine.backward(torch::mse_loss(model->forward(x), y)).item<double>();
+    const auto loss = torch::mse_loss(model->forward(x.to(device)), y.to(device));
+    window += engine.backward(loss).item<double>();
     const bool boundary = engine.is_gradient_accumulation_boundary();
     engine.step();
     if (boundary) {
@@ -43,8 +47,8 @@ RunResult train(int64_t mbs, int64_t gas, int64_t samples) {
       window = 0.0;
     }
   }
-  out.weight = model->weight.detach().clone();
-  out.bias = model->bias.detach().clone();
+  out.weight = model->weight.detach().cpu().clone();
+  out.bias = model->bias.detach().cpu().clone();
   return out;
 }
 

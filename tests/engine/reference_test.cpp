@@ -1,5 +1,6 @@
 // The engine against traces recorded from DeepSpeed v0.14.5 (tests/data/deepspeed).
 #include <stepwise/engine.h>
+#include <stepwise/fused_adamw.h>
 
 #include <gtest/gtest.h>
 
@@ -17,15 +18,29 @@ void expect_rel(double actual, double expected, double rel, const std::string& w
   EXPECT_NEAR(actual, expected, rel * std::max(1.0, std::fabs(expected))) << what;
 }
 
-class DeepSpeedTrace : public ::testing::TestWithParam<std::string> {};
+// A trace file, and the optimizer: the config's default for the test device (LibTorch's
+// on CPU, FusedAdamW's kernels on CUDA), or FusedAdamW forced ("torch_adam": false).
+struct TraceCase {
+  std::string file;
+  bool force_fused = false;
+};
+
+class DeepSpeedTrace : public ::testing::TestWithParam<TraceCase> {};
 
 TEST_P(DeepSpeedTrace, SameEveryMicroStepAndSameFinalWeights) {
-  const auto trace = read_trace(GetParam());
+  const auto trace = read_trace(GetParam().file);
   ASSERT_FALSE(trace.micro.empty());
   ASSERT_EQ(trace.setup["world_size"], 1) << "multi-rank traces need the distributed engine";
   // The recorded DeepSpeed config is used unchanged: a user's ds_config.json works as is.
+  auto config = trace.setup["config"];
+  if (GetParam().force_fused) config["optimizer"]["params"]["torch_adam"] = false;
+  const auto device = testing::test_device();
   auto model = reference_linear();
-  auto engine = initialize(model, Config::from_json(trace.setup["config"]));
+  model->to(device);
+  auto engine = initialize(model, Config::from_json(config));
+  EXPECT_EQ(dynamic_cast<FusedAdamW*>(&engine.optimizer()) != nullptr,
+            GetParam().force_fused || device.is_cuda())
+      << "see NOTE: [fused by device]";
   const int64_t gas = engine.gradient_accumulation_steps();
   const int64_t mbs = engine.train_micro_batch_size_per_gpu();
   EXPECT_EQ(gas, trace.setup["gas"]);
@@ -35,7 +50,9 @@ TEST_P(DeepSpeedTrace, SameEveryMicroStepAndSameFinalWeights) {
   for (const auto& rec : trace.micro) {
     const int64_t t = rec["micro_step"];
     const std::string at = "micro_step " + std::to_string(t);
-    auto [x, y] = reference_samples(reference_start(t, gas, mbs, 1, 0), mbs);
+    auto [x_cpu, y_cpu] = reference_samples(reference_start(t, gas, mbs, 1, 0), mbs);
+    const auto x = x_cpu.to(device);
+    const auto y = y_cpu.to(device);
     EXPECT_EQ(x.size(0), static_cast<int64_t>(rec["sample_indices"].size()));
     auto loss = torch::mse_loss(model->forward(x), y);
     expect_rel(loss.item<double>(), rec["forward_loss"], 1e-5, at + " forward_loss");
@@ -66,11 +83,14 @@ TEST_P(DeepSpeedTrace, SameEveryMicroStepAndSameFinalWeights) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ws1, DeepSpeedTrace,
-                         ::testing::Values("linear_adam_none_ws1_mbs2_gas4.txt",
-                                           "linear_adam_none_ws1_mbs8_gas1.txt"),
+                         ::testing::Values(TraceCase{"linear_adam_none_ws1_mbs2_gas4.txt"},
+                                           TraceCase{"linear_adam_none_ws1_mbs8_gas1.txt"},
+                                           TraceCase{"linear_adam_none_ws1_mbs2_gas4.txt", true},
+                                           TraceCase{"linear_adam_none_ws1_mbs8_gas1.txt", true}),
                          [](const auto& info) {
-                           return info.param.find("gas4") != std::string::npos ? "Mbs2Gas4"
-                                                                               : "Mbs8Gas1";
+                           const bool gas4 = info.param.file.find("gas4") != std::string::npos;
+                           return std::string(gas4 ? "Mbs2Gas4" : "Mbs8Gas1") +
+                                  (info.param.force_fused ? "FusedAdamW" : "");
                          });
 
 }  // namespace

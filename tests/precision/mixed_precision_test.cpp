@@ -38,6 +38,12 @@ const char* kFp16 = R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulat
     "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
     "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.01, "warmup_num_steps": 10,
                   "warmup_type": "linear"}}})";
+const char* kFp16Fused = R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+    "steps_per_print": 1000, "gradient_clipping": 1.0,
+    "fp16": {"enabled": true, "initial_scale_power": 4, "hysteresis": 1},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "torch_adam": false}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.01, "warmup_num_steps": 10,
+                  "warmup_type": "linear"}}})";
 
 // Runs `windows` accumulation windows; in the windows listed in `poisoned` one
 // gradient is made inf by a hook. Returns the engine for inspection.
@@ -46,8 +52,8 @@ struct Fp16Run {
   Engine engine;
   bool poison = false;
 
-  explicit Fp16Run(torch::Device device)
-      : model(), engine(initialize((model->to(device), model), Config::from_string(kFp16))) {
+  explicit Fp16Run(torch::Device device, const char* config = kFp16)
+      : model(), engine(initialize((model->to(device), model), Config::from_string(config))) {
     model->w.register_hook([this](torch::Tensor g) {
       return poison ? g * std::numeric_limits<float>::infinity() : g;
     });
@@ -68,8 +74,8 @@ struct Fp16Run {
   torch::Tensor weights() const { return model->w.detach().to(torch::kFloat).cpu().clone(); }
 };
 
-void overflow_skips_optimizer_and_scheduler(torch::Device device) {
-  Fp16Run a(device);
+void overflow_skips_optimizer_and_scheduler(torch::Device device, const char* config = kFp16) {
+  Fp16Run a(device, config);
   EXPECT_EQ(a.model->w.scalar_type(), torch::kHalf) << "the model runs in half";
   EXPECT_EQ(a.engine.loss_scale(), 16.0);
   a.window(0, false);
@@ -95,7 +101,7 @@ void overflow_skips_optimizer_and_scheduler(torch::Device device) {
 
   // The same training without the poisoned window: identical, so the overflow
   // left no trace in the optimizer state (Adam's step count, moments) either.
-  Fp16Run b(device);
+  Fp16Run b(device, config);
   b.window(0, false);
   b.window(8, false);
   EXPECT_TRUE(torch::equal(a.weights(), b.weights())) << a.weights() << b.weights();
@@ -110,7 +116,13 @@ TEST(Fp16, OverflowSemanticsOnCuda) {
   if (!torch::cuda::is_available()) {
     GTEST_SKIP() << "needs a CUDA LibTorch and a GPU; this build/machine has none";
   }
-  overflow_skips_optimizer_and_scheduler(torch::kCUDA);
+  overflow_skips_optimizer_and_scheduler(torch::kCUDA);  // FusedAdamW with write-back
+}
+
+TEST(Fp16, OverflowSemanticsWithTheFusedOptimizerOnCpu) {
+  // The CUDA path's optimizer (FusedAdamW writing the half model) through its ATen
+  // backend: the same skip semantics.
+  overflow_skips_optimizer_and_scheduler(torch::kCPU, kFp16Fused);
 }
 
 TEST(Fp16, MasterWeightsAreFp32AndTrackAnFp32Run) {

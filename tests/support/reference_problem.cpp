@@ -1,6 +1,7 @@
 #include "support/reference_problem.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 
@@ -58,6 +59,11 @@ Trace read_trace(const std::string& file, int64_t rank) {
     if (kind == "final") trace.final_weights = json["weights"];
   }
   return trace;
+}
+
+torch::Device test_device() {
+  const char* name = std::getenv("STEPWISE_TEST_DEVICE");
+  return torch::Device(name != nullptr && *name != '\0' ? name : "cpu");
 }
 
 }  // namespace stepwise::testing

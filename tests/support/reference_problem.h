@@ -32,4 +32,8 @@ Trace read_trace(const std::string& file, int64_t rank = 0);
 /// Path of a file under tests/data.
 std::string data_path(const std::string& relative);
 
+/// The device the engine tests put models and data on: $STEPWISE_TEST_DEVICE ("cpu",
+/// "cuda", "cuda:1", ...), default CPU. tools/gpu-check runs the suites with "cuda".
+torch::Device test_device();
+
 }  // namespace stepwise::testing

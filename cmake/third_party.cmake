@@ -1,0 +1,30 @@
+# The libraries stepwise builds with besides LibTorch: nlohmann-json (headers), and for
+# the tests GoogleTest and doctest. Debian's packages by default (tools/bootstrap);
+# with STEPWISE_THIRD_PARTY_DIR (what tools/stage-third-party writes: a GPU machine
+# with no network and no apt), the staged copies instead.
+if(STEPWISE_THIRD_PARTY_DIR)
+  set(_tp ${STEPWISE_THIRD_PARTY_DIR})
+  foreach(_need nlohmann/json.hpp doctest/doctest.h googletest/CMakeLists.txt)
+    if(NOT EXISTS ${_tp}/${_need} AND NOT EXISTS ${_tp}/include/${_need})
+      message(FATAL_ERROR "STEPWISE_THIRD_PARTY_DIR=${_tp} has no ${_need}; "
+                          "run tools/stage-third-party ${_tp} on a machine with the packages")
+    endif()
+  endforeach()
+  add_library(stepwise_third_party_headers INTERFACE)
+  target_include_directories(stepwise_third_party_headers SYSTEM INTERFACE ${_tp}/include)
+  add_library(nlohmann_json::nlohmann_json ALIAS stepwise_third_party_headers)
+  set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+  set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
+  add_subdirectory(${_tp}/googletest ${CMAKE_BINARY_DIR}/third_party/googletest EXCLUDE_FROM_ALL)
+  if(NOT TARGET GTest::gtest)
+    add_library(GTest::gtest ALIAS gtest)
+    add_library(GTest::gtest_main ALIAS gtest_main)
+  endif()
+  set(STEPWISE_DOCTEST_INCLUDE_DIR ${_tp}/include)
+  message(STATUS "stepwise: third-party sources from ${_tp}")
+else()
+  find_package(nlohmann_json 3 REQUIRED)
+  find_package(GTest)  # required by tests/ only
+  set(STEPWISE_DOCTEST_INCLUDE_DIR "")
+endif()
+include(GoogleTest)

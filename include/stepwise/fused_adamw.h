@@ -1,0 +1,58 @@
+// stepwise: FusedAdamW, a torch::optim::Optimizer whose step is one fused multi-tensor
+// Adam/AdamW update (stepwise::fused::adamw_step: CUDA kernels on CUDA, ATen on CPU).
+//
+// Usage:
+//
+//   stepwise::FusedAdamW optimizer(model->parameters(),
+//                                  torch::optim::AdamWOptions(1e-3).weight_decay(0.01));
+//   loss.backward();
+//   optimizer.step();  // as torch::optim::AdamW, in one pass over all parameters
+//
+// It is what the engine builds for "Adam"/"AdamW" when the model is on CUDA (or when
+// optimizer.params.torch_adam is false): same options, same state (AdamWParamState),
+// same results as torch::optim::AdamW (Adam with decoupled = false) to float rounding,
+// and schedulers drive its learning rate as they do LibTorch's. With model copies set
+// (fp16/bf16 training), the update also writes the rounded new weights into them.
+#pragma once
+
+#include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
+
+#include <vector>
+
+namespace stepwise {
+
+/// Adam/AdamW as one fused update per parameter group.
+class FusedAdamW : public torch::optim::Optimizer {
+ public:
+  /// AdamW over `params` (Adam with L2 weight decay when `decoupled` is false). Throws
+  /// std::invalid_argument for amsgrad (not fused: use torch::optim::AdamW) or a
+  /// non-contiguous parameter.
+  explicit FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions options = {},
+                      bool decoupled = true);
+
+  /// One update of every parameter with a gradient; parameters without one are skipped
+  /// (their step count does not advance), as in torch::optim::AdamW.
+  torch::Tensor step(LossClosure closure = nullptr) override;
+
+  /// Tensors that receive each parameter's new value after every step (rounded to
+  /// their dtype): one per parameter, in parameter-group order. Empty: none.
+  void set_model_copies(std::vector<torch::Tensor> copies);
+  /// Whether set_model_copies() gave copies.
+  bool writes_model_copies() const { return !copies_.empty(); }
+  /// Decoupled weight decay (AdamW) or L2 (Adam).
+  bool decoupled() const { return decoupled_; }
+
+  /// Saves state and options (the format of torch::optim::AdamW).
+  void save(torch::serialize::OutputArchive& archive) const override;
+  /// Loads what save() wrote.
+  void load(torch::serialize::InputArchive& archive) override;
+
+ private:
+  std::vector<torch::Tensor> all_params() const;  // every group's, in order
+
+  bool decoupled_;
+  std::vector<torch::Tensor> copies_;  // parallel to all_params(), or empty
+};
+
+}  // namespace stepwise

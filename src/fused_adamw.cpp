@@ -1,0 +1,111 @@
+#include <stepwise/errors.h>
+#include <stepwise/fused.h>
+#include <stepwise/fused_adamw.h>
+
+#include "torch_compat.h"
+
+#include <torch/optim/serialize.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <stdexcept>
+
+namespace stepwise {
+
+FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions options,
+                       bool decoupled)
+    : torch::optim::Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
+                              std::make_unique<torch::optim::AdamWOptions>(options)),
+      decoupled_(decoupled) {
+  STEPWISE_CHECK(!options.amsgrad(), std::invalid_argument,
+                 "FusedAdamW does not implement amsgrad; use torch::optim::AdamW (in a config: "
+                 "\"torch_adam\": true)");
+  STEPWISE_CHECK(options.lr() >= 0.0, std::invalid_argument, "FusedAdamW: lr is ", options.lr(),
+                 "; use a learning rate >= 0");
+  const auto& all = param_groups_.front().params();
+  for (size_t i = 0; i < all.size(); ++i) {
+    STEPWISE_CHECK(all[i].is_contiguous(), std::invalid_argument, "FusedAdamW: parameter ", i,
+                   " is not contiguous; the fused update writes parameters in place");
+  }
+}
+
+std::vector<torch::Tensor> FusedAdamW::all_params() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& group : param_groups_) {
+    out.insert(out.end(), group.params().begin(), group.params().end());
+  }
+  return out;
+}
+
+void FusedAdamW::set_model_copies(std::vector<torch::Tensor> copies) {
+  const auto params = all_params();
+  STEPWISE_CHECK(copies.empty() || copies.size() == params.size(), std::invalid_argument,
+                 "FusedAdamW::set_model_copies: got ", copies.size(), " tensors for ",
+                 params.size(), " parameters; pass one per parameter, in order");
+  for (size_t i = 0; i < copies.size(); ++i) {
+    STEPWISE_CHECK(copies[i].numel() == params[i].numel() && copies[i].is_contiguous() &&
+                       copies[i].device() == params[i].device(),
+                   std::invalid_argument, "FusedAdamW::set_model_copies: copy ", i,
+                   " must be a contiguous tensor of ", params[i].numel(), " elements on ",
+                   params[i].device(), " (got ", copies[i].numel(), " on ", copies[i].device(),
+                   ")");
+  }
+  copies_ = std::move(copies);
+}
+
+torch::Tensor FusedAdamW::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss;
+  if (closure) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  size_t index = 0;  // position in all_params(), for copies_
+  for (auto& group : param_groups_) {
+    const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    // Parameters skipped in earlier steps lag behind; each step count is one launch.
+    std::map<int64_t, fused::AdamWTensors> by_step;
+    for (auto& p : group.params()) {
+      const size_t at = index++;
+      if (!p.grad().defined()) continue;
+      auto& slot = state_[compat::state_key(*this, p)];
+      if (!slot) {
+        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+        fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+        fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+        slot = std::move(fresh);
+      }
+      auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
+      state.step(state.step() + 1);
+      auto& lists = by_step[state.step()];
+      lists.params.push_back(p);
+      lists.grads.push_back(p.grad().contiguous());
+      lists.exp_avg.push_back(state.exp_avg());
+      lists.exp_avg_sq.push_back(state.exp_avg_sq());
+      if (!copies_.empty()) lists.model_copies.push_back(copies_[at]);
+    }
+    for (const auto& [step, lists] : by_step) {
+      fused::adamw_step(lists,
+                        fused::AdamWStep()
+                            .lr(options.lr())
+                            .betas(std::get<0>(options.betas()), std::get<1>(options.betas()))
+                            .eps(options.eps())
+                            .weight_decay(options.weight_decay())
+                            .decoupled(decoupled_)
+                            .step(step));
+    }
+  }
+  return loss;
+}
+
+void FusedAdamW::save(torch::serialize::OutputArchive& archive) const {
+  torch::optim::serialize<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(archive,
+                                                                                     *this);
+}
+
+void FusedAdamW::load(torch::serialize::InputArchive& archive) {
+  torch::optim::serialize<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(archive,
+                                                                                     *this);
+}
+
+}  // namespace stepwise

@@ -1,0 +1,319 @@
+// stepwise::fused and FusedAdamW: the ATen backend against LibTorch's own optimizers
+// and plain formulas, the argument checks, and (with a CUDA build and a GPU) the CUDA
+// kernels against the ATen backend on many shapes, dtypes and inf/nan placements.
+#include <stepwise/config.h>
+#include <stepwise/engine.h>
+#include <stepwise/fused.h>
+#include <stepwise/fused_adamw.h>
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+namespace stepwise {
+namespace {
+
+namespace F = stepwise::fused;
+
+// Sizes that cross every edge of the kernels: empty, odd, one chunk (65536) +-1,
+// several chunks.
+const std::vector<int64_t> kSizes = {0, 1, 3, 7, 127, 1000, 4097, 65535, 65536, 65537, 196613};
+
+std::vector<torch::Tensor> random_list(torch::ScalarType dtype, torch::Device device,
+                                       uint64_t seed) {
+  torch::manual_seed(seed);
+  std::vector<torch::Tensor> out;
+  for (int64_t n : kSizes) out.push_back(torch::randn({n}).to(device, dtype));
+  return out;
+}
+
+std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& list) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : list) out.push_back(t.clone());
+  return out;
+}
+
+std::string why_no_cuda() {
+  if (!F::cuda_kernels_built()) return "stepwise was built without CUDA kernels (CPU LibTorch)";
+  if (!torch::cuda::is_available()) return "no CUDA device is visible";
+  return "";
+}
+
+// --- The ATen backend -------------------------------------------------------------
+
+TEST(Fused, GlobalNormMatchesADoubleReference) {
+  for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+    const auto list = random_list(dtype, torch::kCPU, 1);
+    double sum = 0.0;
+    for (const auto& t : list) sum += t.to(torch::kDouble).pow(2).sum().item<double>();
+    // fp32 accumulation over ~270k elements against double: relative 1e-5.
+    EXPECT_NEAR(F::global_norm(list).item<double>(), std::sqrt(sum), 1e-5 * std::sqrt(sum))
+        << dtype;
+  }
+  EXPECT_EQ(F::global_norm({}).item<float>(), 0.0f) << "an empty list has norm 0";
+}
+
+TEST(Fused, UnscaleFlagsInfAndNanAnywhereAndScalesEverything) {
+  for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+    for (double bad :
+         {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+      for (int64_t tensor : {0L, 5L, 10L}) {  // first, a middle and the last tensor (196613)
+        for (int where = 0; where < 3; ++where) {
+          auto list = random_list(dtype, torch::kCPU, 2);
+          auto& t = list[tensor];
+          if (t.numel() == 0) continue;
+          const int64_t at = where == 0 ? 0 : where == 1 ? t.numel() / 2 : t.numel() - 1;
+          t[at] = bad;
+          const auto flag = F::unscale_and_check(list, 0.5);
+          EXPECT_EQ(flag.item<float>(), 1.0f) << dtype << " tensor " << tensor << " at " << at;
+        }
+      }
+    }
+    auto list = random_list(dtype, torch::kCPU, 3);
+    const auto before = clones(list);
+    EXPECT_EQ(F::unscale_and_check(list, 0.25).item<float>(), 0.0f) << "finite: no flag";
+    for (size_t i = 0; i < list.size(); ++i) {
+      // Multiplying by a power of two is exact in every float type.
+      EXPECT_TRUE(torch::equal(list[i], before[i] * 0.25)) << dtype << " tensor " << i;
+    }
+  }
+}
+
+// Runs `steps` steps of FusedAdamW and of LibTorch's optimizer from the same start;
+// parameter 1 has no gradient on even steps (it must lag, as in LibTorch).
+template <typename TorchOptimizer, typename Options>
+void compare_with_libtorch(bool decoupled, Options torch_options) {
+  torch::manual_seed(4);
+  std::vector<torch::Tensor> a, b, start;
+  for (int64_t n : {5L, 4L, 1000L, 3L, 0L}) {
+    start.push_back(torch::randn({n}));
+    a.push_back(start.back().clone().requires_grad_(true));
+    b.push_back(a.back().detach().clone().requires_grad_(true));
+  }
+  FusedAdamW fused(a,
+                   torch::optim::AdamWOptions(0.01).betas({0.8, 0.99}).eps(1e-6).weight_decay(0.1),
+                   decoupled);
+  TorchOptimizer reference(b,
+                           torch_options.lr(0.01).betas({0.8, 0.99}).eps(1e-6).weight_decay(0.1));
+  for (int step = 0; step < 20; ++step) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      const bool skip = i == 1 && step % 2 == 0;
+      const auto g = torch::randn_like(a[i]);
+      a[i].mutable_grad() = skip ? torch::Tensor() : g.clone();
+      b[i].mutable_grad() = skip ? torch::Tensor() : g.clone();
+    }
+    fused.step();
+    reference.step();
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    // The same ATen ops in the same order: equal to float rounding (20 steps).
+    EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << "param " << i << a[i] - b[i];
+    if (a[i].numel() > 0) EXPECT_FALSE(torch::equal(a[i], start[i])) << "param " << i << " moved";
+  }
+}
+
+TEST(FusedAdamW, MatchesLibTorchAdamW) {
+  compare_with_libtorch<torch::optim::AdamW>(true, torch::optim::AdamWOptions());
+}
+
+TEST(FusedAdamW, AdamModeMatchesLibTorchAdam) {
+  compare_with_libtorch<torch::optim::Adam>(false, torch::optim::AdamOptions());
+}
+
+TEST(Fused, AdamWStepSkipsWhenFoundInfIsSetAndWritesModelCopies) {
+  auto params = random_list(torch::kFloat, torch::kCPU, 5);
+  auto grads = random_list(torch::kHalf, torch::kCPU, 6);
+  F::AdamWTensors t{params, grads, {}, {}, {}};
+  for (const auto& p : params) {
+    t.exp_avg.push_back(torch::zeros_like(p));
+    t.exp_avg_sq.push_back(torch::zeros_like(p));
+    t.model_copies.push_back(torch::zeros_like(p, torch::kBFloat16));
+  }
+  const auto before = clones(params);
+  F::adamw_step(t, F::AdamWStep().lr(0.1), torch::ones({}));
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(torch::equal(params[i], before[i])) << "found_inf set: nothing written";
+    EXPECT_EQ(t.model_copies[i].count_nonzero().item<int64_t>(), 0);
+  }
+  F::adamw_step(t, F::AdamWStep().lr(0.1).grad_scale(0.5), torch::zeros({}));
+  for (size_t i = 1; i < params.size(); ++i) {
+    EXPECT_FALSE(torch::equal(params[i], before[i])) << "param " << i << " moved";
+    EXPECT_TRUE(torch::equal(t.model_copies[i], params[i].to(torch::kBFloat16)))
+        << "the copy holds the rounded new weights";
+  }
+}
+
+TEST(FusedAdamW, SaveAndLoadRoundTripTheState) {
+  auto make = [] {
+    torch::manual_seed(7);
+    return std::vector<torch::Tensor>{torch::randn({4}, torch::requires_grad())};
+  };
+  auto a = make();
+  FusedAdamW opt_a(a, torch::optim::AdamWOptions(0.01));
+  a[0].mutable_grad() = torch::ones({4});
+  opt_a.step();
+  std::stringstream buffer;
+  torch::serialize::OutputArchive out;
+  opt_a.save(out);
+  out.save_to(buffer);
+
+  auto b = make();
+  {
+    torch::NoGradGuard no_grad;
+    b[0].copy_(a[0]);
+  }
+  FusedAdamW opt_b(b, torch::optim::AdamWOptions(0.01));
+  torch::serialize::InputArchive in;
+  in.load_from(buffer);
+  opt_b.load(in);
+  a[0].mutable_grad() = torch::full({4}, -2.0);
+  b[0].mutable_grad() = torch::full({4}, -2.0);
+  opt_a.step();
+  opt_b.step();
+  EXPECT_TRUE(torch::equal(a[0], b[0])) << "step 2 after load equals step 2 without";
+}
+
+// --- Argument checks ----------------------------------------------------------------
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Fused, ErrorsNameTheBadArgumentAndTheFix) {
+  auto p = std::vector<torch::Tensor>{torch::zeros({3}), torch::zeros({4})};
+  auto g = std::vector<torch::Tensor>{torch::zeros({3}), torch::zeros({5})};
+  F::AdamWTensors t{p, g, clones(p), clones(p), {}};
+  EXPECT_NE(error_of([&] {
+              F::adamw_step(t, F::AdamWStep());
+            }).find("grads[1] has 5 elements but params[1] has 4"),
+            std::string::npos);
+  t.grads = clones(p);
+  EXPECT_NE(error_of([&] {
+              F::adamw_step(t, F::AdamWStep().step(0));
+            }).find("step is 0; it counts updates and is 1 on the first"),
+            std::string::npos);
+  t.exp_avg.pop_back();
+  EXPECT_NE(error_of([&] {
+              F::adamw_step(t, F::AdamWStep());
+            }).find("exp_avg has 1 tensors but params has 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              F::global_norm({torch::zeros({2}), torch::Tensor()});
+            }).find("tensors[1] is an undefined tensor"),
+            std::string::npos);
+  if (!F::cuda_kernels_built()) {
+    EXPECT_NE(error_of([] {
+                F::backend_for(torch::Device("cuda:0"));
+              }).find("built without CUDA kernels; configure against a CUDA LibTorch"),
+              std::string::npos);
+  }
+  EXPECT_NE(error_of([] {
+              FusedAdamW bad({torch::zeros({2}, torch::requires_grad())},
+                             torch::optim::AdamWOptions().amsgrad(true));
+            }).find("FusedAdamW does not implement amsgrad"),
+            std::string::npos);
+}
+
+TEST(Fused, ConfigPicksTheFusedOptimizerAndRefusesFusedAmsgrad) {
+  const std::string base = R"({"train_batch_size": 2, "optimizer": {"type": "AdamW",
+      "params": {"lr": 0.1)";
+  auto model = torch::nn::Linear(2, 1);
+  auto fused_engine = initialize(model, Config::from_string(base + R"(, "torch_adam": false}}})"));
+  EXPECT_NE(dynamic_cast<FusedAdamW*>(&fused_engine.optimizer()), nullptr);
+  auto model2 = torch::nn::Linear(2, 1);
+  auto torch_engine = initialize(model2, Config::from_string(base + "}}}"));
+  EXPECT_EQ(dynamic_cast<FusedAdamW*>(&torch_engine.optimizer()), nullptr)
+      << "on CPU, unset torch_adam means LibTorch's AdamW";
+  EXPECT_NE(error_of([&] {
+              Config::from_string(base + R"(, "amsgrad": true, "torch_adam": false}}})");
+            }).find("the fused Adam has no AMSGrad; set \"torch_adam\": true"),
+            std::string::npos);
+}
+
+// --- CUDA kernels against the ATen backend ------------------------------------------
+
+class FusedCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto why = why_no_cuda();
+    if (!why.empty()) GTEST_SKIP() << "CUDA kernels not testable: " << why;
+  }
+};
+
+std::vector<torch::Tensor> to_cuda(const std::vector<torch::Tensor>& list) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : list) out.push_back(t.to(torch::kCUDA));
+  return out;
+}
+
+TEST_F(FusedCuda, NormAndUnscaleMatchTheCpuBackend) {
+  for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+    auto cpu = random_list(dtype, torch::kCPU, 8);
+    auto gpu = to_cuda(cpu);
+    // Both accumulate in fp32 but in different orders: relative 1e-5.
+    const double ref = F::global_norm(cpu).item<double>();
+    EXPECT_NEAR(F::global_norm(gpu).item<double>(), ref, 1e-5 * ref) << dtype;
+    EXPECT_EQ(F::unscale_and_check(gpu, 0.5).item<float>(), 0.0f);
+    F::unscale_and_check(cpu, 0.5);
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      EXPECT_TRUE(torch::equal(gpu[i].cpu(), cpu[i])) << "x0.5 is exact: " << dtype << " " << i;
+    }
+    for (double bad :
+         {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+      for (size_t tensor : {1UL, 5UL, 10UL}) {
+        for (int where = 0; where < 3; ++where) {
+          auto list = to_cuda(random_list(dtype, torch::kCPU, 9));
+          const int64_t n = list[tensor].numel();
+          const int64_t at = where == 0 ? 0 : where == 1 ? n / 2 : n - 1;
+          list[tensor][at] = bad;
+          EXPECT_EQ(F::unscale_and_check(list, 1.0).item<float>(), 1.0f)
+              << dtype << " tensor " << tensor << " at " << at;
+          EXPECT_FALSE(std::isfinite(F::global_norm(list).item<double>()));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(FusedCuda, AdamWMatchesTheCpuBackendForEveryGradientType) {
+  for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+    for (bool decoupled : {true, false}) {
+      auto params = random_list(torch::kFloat, torch::kCPU, 10);
+      auto grads = random_list(dtype, torch::kCPU, 11);
+      F::AdamWTensors cpu{params, grads, {}, {}, {}};
+      for (const auto& p : params) {
+        cpu.exp_avg.push_back(torch::rand_like(p));
+        cpu.exp_avg_sq.push_back(torch::rand_like(p));
+        cpu.model_copies.push_back(torch::zeros_like(p, dtype));
+      }
+      F::AdamWTensors gpu{to_cuda(cpu.params), to_cuda(cpu.grads), to_cuda(cpu.exp_avg),
+                          to_cuda(cpu.exp_avg_sq), to_cuda(cpu.model_copies)};
+      const auto hyper =
+          F::AdamWStep().lr(1e-2).weight_decay(0.05).decoupled(decoupled).step(3).grad_scale(0.125);
+      F::adamw_step(cpu, hyper);
+      F::adamw_step(gpu, hyper, torch::zeros({}, torch::kCUDA));
+      for (size_t i = 0; i < params.size(); ++i) {
+        // Same fp32 formula; the kernel may contract to FMAs: abs 1e-6 + rel 1e-5.
+        EXPECT_TRUE(torch::allclose(gpu.params[i].cpu(), cpu.params[i], 1e-5, 1e-6)) << i;
+        EXPECT_TRUE(torch::allclose(gpu.exp_avg_sq[i].cpu(), cpu.exp_avg_sq[i], 1e-5, 1e-7));
+        // The copy is the rounded fp32 result: at most one ulp of the copy's type apart.
+        EXPECT_TRUE(torch::allclose(gpu.model_copies[i].cpu().to(torch::kFloat),
+                                    cpu.model_copies[i].to(torch::kFloat), 1e-2, 1e-3))
+            << dtype << " copy " << i;
+      }
+      const auto before = clones(gpu.params);
+      F::adamw_step(gpu, hyper, torch::ones({}, torch::kCUDA));
+      for (size_t i = 0; i < params.size(); ++i) {
+        EXPECT_TRUE(torch::equal(gpu.params[i], before[i])) << "skipped on the device";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stepwise
