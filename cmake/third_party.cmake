@@ -10,9 +10,11 @@ if(STEPWISE_THIRD_PARTY_DIR)
                           "run tools/stage-third-party ${_tp} on a machine with the packages")
     endif()
   endforeach()
-  add_library(stepwise_third_party_headers INTERFACE)
-  target_include_directories(stepwise_third_party_headers SYSTEM INTERFACE ${_tp}/include)
-  add_library(nlohmann_json::nlohmann_json ALIAS stepwise_third_party_headers)
+  # IMPORTED, as find_package(nlohmann_json) makes it: install(EXPORT) then refers to it
+  # by name instead of requiring it in stepwise's export set.
+  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED GLOBAL)
+  set_target_properties(nlohmann_json::nlohmann_json PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES ${_tp}/include)
   set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
   set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
   add_subdirectory(${_tp}/googletest ${CMAKE_BINARY_DIR}/third_party/googletest EXCLUDE_FROM_ALL)

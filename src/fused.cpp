@@ -24,19 +24,19 @@ Backend check_list(const char* op, const char* name, const std::vector<torch::Te
   const Backend backend = backend_for(device);
   for (size_t i = 0; i < list.size(); ++i) {
     const auto& t = list[i];
-    STEPWISE_CHECK(t.defined(), std::invalid_argument, "stepwise::fused::", op, ": ", name,
-                   "[", i, "] is an undefined tensor; pass only tensors that exist");
-    STEPWISE_CHECK(t.device() == device, std::invalid_argument, "stepwise::fused::", op, ": ",
-                   name, "[", i, "] is on ", t.device(), " but the first tensor is on ", device,
+    STEPWISE_CHECK(t.defined(), std::invalid_argument, "stepwise::fused::", op, ": ", name, "[", i,
+                   "] is an undefined tensor; pass only tensors that exist");
+    STEPWISE_CHECK(t.device() == device, std::invalid_argument, "stepwise::fused::", op, ": ", name,
+                   "[", i, "] is on ", t.device(), " but the first tensor is on ", device,
                    "; put all tensors of one call on one device");
     STEPWISE_CHECK(t.is_floating_point(), std::invalid_argument, "stepwise::fused::", op, ": ",
                    name, "[", i, "] has dtype ", t.scalar_type(), "; use floating-point tensors");
     if (backend == Backend::kCuda) {
-      STEPWISE_CHECK(kernel_dtype(t.scalar_type()), std::invalid_argument, "stepwise::fused::",
-                     op, ": ", name, "[", i, "] has dtype ", t.scalar_type(),
+      STEPWISE_CHECK(kernel_dtype(t.scalar_type()), std::invalid_argument, "stepwise::fused::", op,
+                     ": ", name, "[", i, "] has dtype ", t.scalar_type(),
                      "; the CUDA kernels take float, half or bfloat16");
-      STEPWISE_CHECK(t.is_contiguous(), std::invalid_argument, "stepwise::fused::", op, ": ",
-                     name, "[", i, "] is not contiguous; pass t.contiguous()");
+      STEPWISE_CHECK(t.is_contiguous(), std::invalid_argument, "stepwise::fused::", op, ": ", name,
+                     "[", i, "] is not contiguous; pass t.contiguous()");
     }
   }
   return backend;
@@ -48,8 +48,8 @@ void check_same_shape(const char* name, const std::vector<torch::Tensor>& list,
                  "stepwise::fused::adamw_step: ", name, " has ", list.size(),
                  " tensors but params has ", params.size(), "; pass one per parameter");
   for (size_t i = 0; i < list.size(); ++i) {
-    STEPWISE_CHECK(list[i].defined() && list[i].numel() == params[i].numel(),
-                   std::invalid_argument, "stepwise::fused::adamw_step: ", name, "[", i, "] has ",
+    STEPWISE_CHECK(list[i].defined() && list[i].numel() == params[i].numel(), std::invalid_argument,
+                   "stepwise::fused::adamw_step: ", name, "[", i, "] has ",
                    list[i].defined() ? list[i].numel() : 0, " elements but params[", i, "] has ",
                    params[i].numel(), "; element i of every list belongs to parameter i");
     STEPWISE_CHECK(!fp32_only || list[i].scalar_type() == torch::kFloat, std::invalid_argument,
@@ -64,8 +64,8 @@ bool cuda_kernels_built() { return detail::cuda::built(); }
 
 Backend backend_for(const torch::Device& device) {
   if (device.is_cpu()) return Backend::kCpu;
-  STEPWISE_CHECK(device.is_cuda(), std::invalid_argument, "stepwise::fused: tensors on ",
-                 device, " are not supported; use CPU or CUDA tensors");
+  STEPWISE_CHECK(device.is_cuda(), std::invalid_argument, "stepwise::fused: tensors on ", device,
+                 " are not supported; use CPU or CUDA tensors");
   STEPWISE_CHECK(detail::cuda::built(), std::invalid_argument,
                  "stepwise::fused: the tensors are on ", device,
                  ", but stepwise was built without CUDA kernels; configure against a CUDA "
@@ -91,9 +91,8 @@ void adamw_step(const AdamWTensors& tensors, const AdamWStep& step,
                 const torch::Tensor& found_inf) {
   const auto& params = tensors.params;
   if (params.empty()) return;
-  STEPWISE_CHECK(step.step_ >= 1, std::invalid_argument,
-                 "stepwise::fused::adamw_step: step is ", step.step_,
-                 "; it counts updates and is 1 on the first");
+  STEPWISE_CHECK(step.step_ >= 1, std::invalid_argument, "stepwise::fused::adamw_step: step is ",
+                 step.step_, "; it counts updates and is 1 on the first");
   const auto device = params[0].device();
   const auto backend = check_list("adamw_step", "params", params, device);
   check_list("adamw_step", "grads", tensors.grads, device);

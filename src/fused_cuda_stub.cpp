@@ -21,8 +21,6 @@ torch::Tensor unscale_and_check(const std::vector<torch::Tensor>&, double) {
   fail("unscale_and_check");
 }
 torch::Tensor global_norm(const std::vector<torch::Tensor>&) { fail("global_norm"); }
-void adamw_step(const AdamWTensors&, const AdamWStep&, const torch::Tensor&) {
-  fail("adamw_step");
-}
+void adamw_step(const AdamWTensors&, const AdamWStep&, const torch::Tensor&) { fail("adamw_step"); }
 
 }  // namespace stepwise::fused::detail::cuda

@@ -15,8 +15,8 @@
 namespace stepwise {
 
 /// L2 norm over all defined gradients of `params`, accumulated in fp32 by
-/// stepwise::fused::global_norm (one multi-tensor kernel on CUDA), with one host sync. Returns 0 when no
-/// parameter has a gradient; inf or nan when a gradient holds inf or nan.
+/// stepwise::fused::global_norm (one multi-tensor kernel on CUDA), with one host sync. Returns 0
+/// when no parameter has a gradient; inf or nan when a gradient holds inf or nan.
 double global_grad_norm(const std::vector<torch::Tensor>& params);
 
 /// Computes the global norm and, if `max_norm` > 0, multiplies every gradient

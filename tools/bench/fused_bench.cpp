@@ -55,8 +55,10 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--reps" && has_value) {
       o.reps = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: fused_bench [--device cuda|cpu] [--melems N] [--reps R]\n"
-                           "unknown or incomplete argument: %s\n", arg.c_str());
+      std::fprintf(stderr,
+                   "usage: fused_bench [--device cuda|cpu] [--melems N] [--reps R]\n"
+                   "unknown or incomplete argument: %s\n",
+                   arg.c_str());
       std::exit(2);
     }
   }
@@ -103,8 +105,20 @@ std::vector<int64_t> model_sizes(int64_t total) {
 
 }  // namespace
 
+int run(const Options& o);
+
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    std::fprintf(stderr, "fused_bench: %s\n", what.substr(0, what.find('\n')).c_str());
+    return 1;
+  }
+}
+
+int run(const Options& o) {
   torch::NoGradGuard no_grad;
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(o.device);
   const auto sizes = model_sizes(static_cast<int64_t>(o.melems * 1e6));
@@ -126,9 +140,11 @@ int main(int argc, char** argv) {
   // 1. stepwise fused: 4+4 p, 2 g, 4+4 m, 4+4 v, 2 copy = 28 bytes an element.
   int64_t step = 0;
   const double fused_s = time_median(o.device, o.reps, [&] {
-    stepwise::fused::adamw_step(
-        t, stepwise::fused::AdamWStep().lr(1e-4).weight_decay(0.01).grad_scale(1.0 / 1024).step(
-               ++step));
+    stepwise::fused::adamw_step(t, stepwise::fused::AdamWStep()
+                                       .lr(1e-4)
+                                       .weight_decay(0.01)
+                                       .grad_scale(1.0 / 1024)
+                                       .step(++step));
   });
   const double fused_bytes = 28.0 * elems;
 

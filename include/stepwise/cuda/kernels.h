@@ -50,8 +50,8 @@ void check_launch(const char* what);
 /// (a) Multiplies every element of every tensor by `inv_scale`, in place, and sets
 /// `*found_inf` (a device float) to 1.0f if any element was inf or nan before scaling.
 /// Never clears `*found_inf`: zero it before the first call of a step.
-void unscale_and_check(const TensorView* tensors, size_t count, float inv_scale,
-                       float* found_inf, void* stream);
+void unscale_and_check(const TensorView* tensors, size_t count, float inv_scale, float* found_inf,
+                       void* stream);
 
 /// Floats of device workspace global_norm() needs for these tensors (one per chunk).
 int64_t global_norm_workspace(const TensorView* tensors, size_t count);
@@ -103,8 +103,8 @@ struct AdamLists {
 /// (c) One fused Adam/AdamW step over all tensors. If `found_inf` is not null and
 /// `*found_inf != 0` on the device, every block returns before touching memory: the
 /// skip is decided on the device, with no host sync.
-void adamw(const AdamLists& lists, size_t count, const AdamHyper& hyper,
-           const float* found_inf, void* stream);
+void adamw(const AdamLists& lists, size_t count, const AdamHyper& hyper, const float* found_inf,
+           void* stream);
 
 }  // namespace cuda
 }  // namespace stepwise
