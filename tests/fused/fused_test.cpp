@@ -217,6 +217,25 @@ TEST(Fused, ErrorsNameTheBadArgumentAndTheFix) {
                              torch::optim::AdamWOptions().amsgrad(true));
             }).find("FusedAdamW does not implement amsgrad"),
             std::string::npos);
+  EXPECT_NE(error_of([] {
+              auto strided = torch::zeros({4, 4}).t().requires_grad_(true);
+              FusedAdamW bad({strided});
+            }).find("FusedAdamW: parameter 0 is not contiguous"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              FusedAdamW ok({torch::zeros({2}, torch::requires_grad())});
+              ok.set_model_copies({torch::zeros({2}), torch::zeros({2})});
+            }).find("got 2 tensors for 1 parameters; pass one per parameter, in order"),
+            std::string::npos);
+  t = F::AdamWTensors{p, clones(p), clones(p), clones(p), {}};
+  EXPECT_NE(error_of([&] {
+              F::adamw_step(t, F::AdamWStep(), torch::zeros({2}));
+            }).find("found_inf must be a one-element float tensor"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              F::global_norm({torch::zeros({2}, torch::kLong)});
+            }).find("tensors[0] has dtype Long; use floating-point tensors"),
+            std::string::npos);
 }
 
 TEST(Fused, ConfigPicksTheFusedOptimizerAndRefusesFusedAmsgrad) {
@@ -249,6 +268,21 @@ std::vector<torch::Tensor> to_cuda(const std::vector<torch::Tensor>& list) {
   std::vector<torch::Tensor> out;
   for (const auto& t : list) out.push_back(t.to(torch::kCUDA));
   return out;
+}
+
+TEST_F(FusedCuda, KernelOnlyChecksNameTheTensorAndTheFix) {
+  EXPECT_NE(error_of([] {
+              F::global_norm({torch::zeros({2}, torch::kDouble).cuda()});
+            }).find("tensors[0] has dtype Double; the CUDA kernels take float, half or bfloat16"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              F::global_norm({torch::zeros({4, 4}).cuda().t()});
+            }).find("tensors[0] is not contiguous; pass t.contiguous()"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              F::global_norm({torch::zeros({2}).cuda(), torch::zeros({2})});
+            }).find("tensors[1] is on cpu but the first tensor is on cuda:0"),
+            std::string::npos);
 }
 
 TEST_F(FusedCuda, NormAndUnscaleMatchTheCpuBackend) {
