@@ -4,6 +4,12 @@
 #    ship; NVTX 3 (headers only) is what replaces it.
 #  - TORCH_CUDA_ARCH_LIST: without it, a machine without a visible GPU makes the
 #    config guess the architectures.
+#  - One toolkit: the one of CMAKE_CUDA_COMPILER when given (tools/gpu-check passes
+#    it), so Torch's "two conflicting CUDA versions" check cannot trip.
+if(CMAKE_CUDA_COMPILER AND NOT CUDAToolkit_ROOT)
+  get_filename_component(_nvcc_bin "${CMAKE_CUDA_COMPILER}" DIRECTORY)
+  get_filename_component(CUDAToolkit_ROOT "${_nvcc_bin}" DIRECTORY)
+endif()
 find_package(CUDAToolkit QUIET)
 if(CUDAToolkit_FOUND)
   set(USE_SYSTEM_NVTX ON)
