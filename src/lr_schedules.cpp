@@ -8,7 +8,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace stepwise {
 
