@@ -14,7 +14,10 @@ if(STEPWISE_TORCH_CUDA OR STEPWISE_CUDA_KERNELS STREQUAL "ON")
 else()
   set(_cuda_required OFF)
 endif()
-if(NOT STEPWISE_CUDA_KERNELS STREQUAL "OFF" OR STEPWISE_TORCH_CUDA)
+# AUTO with a CPU LibTorch: only for their own tests, since nothing links them then (a
+# parent project that adds stepwise does not pay for nvcc; NOTE: [subproject defaults]).
+if(STEPWISE_TORCH_CUDA OR STEPWISE_CUDA_KERNELS STREQUAL "ON"
+   OR (STEPWISE_CUDA_KERNELS STREQUAL "AUTO" AND STEPWISE_BUILD_TESTS))
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)

@@ -1,5 +1,6 @@
 # The libraries stepwise builds with besides LibTorch: nlohmann-json (headers), and for
-# the tests GoogleTest and doctest. Debian's packages by default (tools/bootstrap);
+# the tests GoogleTest and doctest (looked for only when STEPWISE_BUILD_TESTS: see
+# NOTE: [subproject defaults]). Debian's packages by default (tools/bootstrap);
 # with STEPWISE_THIRD_PARTY_DIR (what tools/stage-third-party writes: a GPU machine
 # with no network and no apt), the staged copies instead.
 if(STEPWISE_THIRD_PARTY_DIR)
@@ -15,18 +16,24 @@ if(STEPWISE_THIRD_PARTY_DIR)
   add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED GLOBAL)
   set_target_properties(nlohmann_json::nlohmann_json PROPERTIES
     INTERFACE_INCLUDE_DIRECTORIES ${_tp}/include)
-  set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
-  set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
-  add_subdirectory(${_tp}/googletest ${CMAKE_BINARY_DIR}/third_party/googletest EXCLUDE_FROM_ALL)
-  if(NOT TARGET GTest::gtest)
-    add_library(GTest::gtest ALIAS gtest)
-    add_library(GTest::gtest_main ALIAS gtest_main)
+  if(STEPWISE_BUILD_TESTS)
+    set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+    set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
+    add_subdirectory(${_tp}/googletest ${CMAKE_BINARY_DIR}/third_party/googletest EXCLUDE_FROM_ALL)
+    if(NOT TARGET GTest::gtest)
+      add_library(GTest::gtest ALIAS gtest)
+      add_library(GTest::gtest_main ALIAS gtest_main)
+    endif()
   endif()
   set(STEPWISE_DOCTEST_INCLUDE_DIR ${_tp}/include)
   message(STATUS "stepwise: third-party sources from ${_tp}")
 else()
   find_package(nlohmann_json 3 REQUIRED)
-  find_package(GTest)  # required by tests/ only
+  if(STEPWISE_BUILD_TESTS)
+    find_package(GTest)  # required by tests/ only (it says so when missing)
+  endif()
   set(STEPWISE_DOCTEST_INCLUDE_DIR "")
 endif()
-include(GoogleTest)
+if(STEPWISE_BUILD_TESTS)
+  include(GoogleTest)
+endif()

@@ -14,7 +14,7 @@ find_package(CUDAToolkit QUIET)
 if(CUDAToolkit_FOUND)
   set(USE_SYSTEM_NVTX ON)
   if(NOT TARGET CUDA::nvToolsExt AND TARGET CUDA::nvtx3)
-    add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
+    add_library(CUDA::nvToolsExt INTERFACE IMPORTED GLOBAL)  # GLOBAL: a parent project sees it
     target_link_libraries(CUDA::nvToolsExt INTERFACE CUDA::nvtx3)
   endif()
   if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})

@@ -25,6 +25,12 @@ grep -q "/usr/src/googletest" "$work/build/CMakeCache.txt" && {
   echo "the build still refers to Debian's googletest"
   exit 1
 }
+# The installed config makes nlohmann_json's target from the staged headers (NOTE:
+# [installed dependencies]), as the build did.
+grep -q "_stepwise_nlohmann_staged \"$work/third_party/include\"" "$work/build/stepwiseConfig.cmake" || {
+  echo "stepwiseConfig.cmake does not record the staged nlohmann-json headers"
+  exit 1
+}
 cmake --build "$work/build" --target gtest gtest_main >"$work/build.log" 2>&1 || {
   tail -n 30 "$work/build.log"
   exit 1
