@@ -62,11 +62,27 @@ def header_directives(xml_dir, header):
     return out
 
 
+def usage_lines(header):
+    """The header's usage example, as the tests compile it (snippets/blocks.py: one parser)."""
+    import sys
+    sys.path.insert(0, os.path.join(_root, "snippets"))
+    import blocks
+    path = os.path.join(_root, "include", "stepwise", header)
+    out = []
+    for b in blocks.header_blocks(path, blocks.ROOT):
+        test = f"docs:{blocks.HEADERS_PAGE}:{b.id}"
+        how = (f"compiled and run by the test ``{test}``" if b.kind == "fragment"
+               else f"not compiled: {b.attrs.get('reason', '')}")
+        out += [f"Usage ({how}):", "", ".. code-block:: cpp", ""]
+        out += ["   " + l if l else "" for l in b.shown_lines()] + [""]
+    return out
+
+
 class StepwiseHeader(Directive):
     required_arguments = 1
 
     def run(self):
-        lines = header_directives(breathe_projects["stepwise"], self.arguments[0])
+        lines = usage_lines(self.arguments[0]) + header_directives(breathe_projects["stepwise"], self.arguments[0])
         self.state_machine.insert_input(lines, self.state_machine.input_lines.source(0))
         return []
 

@@ -9,7 +9,14 @@ superfences 9.5), and exactly one kind:
     ```{.cpp .no-compile #id reason="why"}          not compiled (counted; the goal is zero)
     ```{.text .output for="id" tolerance="1e-6"}    the expected stdout of block `id`
 
-Lines starting with HIDDEN (after indentation) are compiled but hidden on the page.
+Lines starting with HIDDEN (after indentation) are compiled but hidden on the page; they
+may only hold what does not change what the shown code does (includes, declarations of
+fixture objects, output plumbing: docs/contributing.md).
+
+What the reader copies is `copy_text(block)`: a program's whole source (hidden lines
+included), or for a fragment a complete program made from its context (see `standalone`).
+Public headers carry a usage example in the same syntax (`header_blocks`), compiled as
+fragments of the page "headers".
 """
 import pathlib
 import re
@@ -194,6 +201,103 @@ def check_page(blocks, contexts_dir):
     return errors
 
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CONTEXTS = ROOT / "snippets" / "contexts"
+CHECKS = ROOT / "snippets" / "standalone_checks.h"
+CHECK_RE = re.compile(r"\b(?:CHECK|CHECK_FALSE|CHECK_MESSAGE|REQUIRE)\s*\(|\bdoctest::")
+
+
+def _without_header_comment(path):
+    """A file's lines after its leading comment (and `#pragma once`), blank lines trimmed."""
+    lines = pathlib.Path(path).read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines) and (lines[i].startswith("//") or not lines[i].strip()):
+        i += 1
+    lines = [l for l in lines[i:] if l.strip() != "#pragma once"]
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    return lines
+
+
+def _indent(lines, by):
+    return [by + l if l.strip() else "" for l in lines]
+
+
+def standalone(block, contexts_dir=CONTEXTS):
+    """The complete program of a fragment (or of a compile-fail block with a context): the
+    context file (snippets/contexts/NAME.h) pasted whole, doctest's checks replaced by
+    snippets/standalone_checks.h where the block uses them, and the block's code (hidden
+    lines included) as the body of `run()` of a struct derived from the context, which is
+    how the docs test runs it (doctest's TEST_CASE_FIXTURE), called from main()."""
+    ctx = block.attrs["context"]
+    code = block.compiled_lines()
+    out = [f"// The complete program of block #{block.id} ({block.page}): the code shown there",
+           f'// runs in run() below, with the members of the "{ctx}" context it uses.']
+    out += _without_header_comment(pathlib.Path(contexts_dir) / f"{ctx}.h")
+    if any(CHECK_RE.search(l) for l in code):
+        out += ["", "// doctest's checks without doctest: a failed one prints the expression and exits 1."]
+        out += _without_header_comment(CHECKS)
+    out += ["", f"struct Block : {ctx}_context {{", "  void run() {"] + _indent(code, "    ")
+    out += ["  }", "};", "", "int main() {", "  Block().run();", "  return 0;", "}"]
+    return "\n".join(out) + "\n"
+
+
+def copy_text(block, contexts_dir=CONTEXTS):
+    """What the copy button of a C++ block copies (and its "complete program" box shows)."""
+    if block.kind in ("fragment", "compile-fail") and block.attrs.get("context"):
+        return standalone(block, contexts_dir)
+    if block.kind == "no-compile":
+        return "\n".join(block.shown_lines()) + "\n"
+    return "\n".join(block.compiled_lines()) + "\n"
+
+
+USAGE_RE = re.compile(r"^// Usage (?P<info>\{.*\})(?P<note>.*):\s*$")
+HEADERS_PAGE = "headers"  # the page name of the headers' usage examples: docs:headers:<id>
+
+
+def header_block_id(header):
+    """"include/stepwise/cuda/kernels.h" -> "cuda-kernels", "fused_adamw.h" -> "fused-adamw"."""
+    rel = pathlib.PurePosixPath(header).as_posix().split("include/stepwise/", 1)[-1]
+    return rel[:-2].replace("/", "-").replace("_", "-")
+
+
+def header_blocks(path, root=ROOT):
+    """The usage example atop a public header, as a Block (id: `header_block_id`) of the page
+    "headers" (all headers' examples compile in one TU, tests docs:headers:<id>):
+
+        // Usage {.cpp .fragment context="engine"} (optional words):
+        //
+        //   code, indented three spaces after "//"
+        //
+    The example ends at the first "//" line that is not followed by more indented code."""
+    path = pathlib.Path(path)
+    rel = path.resolve().relative_to(pathlib.Path(root).resolve()).as_posix()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
+        m = USAGE_RE.match(line)
+        if not m:
+            continue
+        lang, classes, _, attrs = parse_info(m.group("info"))
+        block = Block(rel, number, "", lang.lower(), classes, header_block_id(rel), attrs)
+        body = lines[number:]
+        if body and body[0].strip() == "//":
+            body = body[1:]
+            block.line += 1
+        for i, l in enumerate(body):
+            if l.startswith("//   "):
+                block.lines.append(l[5:])
+            elif l.strip() == "//" and i + 1 < len(body) and body[i + 1].startswith("//   "):
+                block.lines.append("")
+            else:
+                break
+        return [block]
+    return []
+
+
+def public_headers(root=ROOT):
+    return sorted((pathlib.Path(root) / "include" / "stepwise").rglob("*.h"))
+
+
 def output_of(blocks, ident):
     return next((b for b in blocks if b.is_output and b.attrs.get("for") == ident), None)
 
@@ -208,29 +312,64 @@ def check_includes(path, docs_dir, root):
     return errors
 
 
+README_TESTED_RE = re.compile(r"^<!-- tested: (?P<page>docs/[\w/.-]+\.md)#(?P<id>[a-z0-9-]+) -->$")
+
+
+def check_readme(readme, root):
+    """Each C++ block of the README follows `<!-- tested: docs/PAGE.md#ID -->` and equals the
+    shown code of that tested block (GitHub renders the README: no attr_list there)."""
+    errors, lines = [], pathlib.Path(readme).read_text(encoding="utf-8").splitlines()
+    for b in parse_text("\n".join(lines), "README.md"):
+        if not b.is_cpp:
+            continue
+        m = README_TESTED_RE.match(lines[b.line - 3].strip() if b.line >= 3 else "") or \
+            README_TESTED_RE.match(lines[b.line - 2].strip() if b.line >= 2 else "")
+        if not m:
+            errors.append((b.line, "C++ block without a `<!-- tested: docs/PAGE.md#ID -->` line before it"))
+            continue
+        page = root / m.group("page")
+        target = next((t for t in parse_file(page, root) if t.id == m.group("id")), None) if page.is_file() else None
+        if target is None or target.kind not in ("program", "fragment"):
+            errors.append((b.line, f"{m.group('page')}#{m.group('id')}: no tested block with that id"))
+        elif target.shown_lines() != b.lines:
+            errors.append((b.line, f"differs from the code shown at {m.group('page')}#{m.group('id')}: "
+                                   "copy it from there"))
+    return errors
+
+
 def main(argv):
-    """`blocks.py [DOCS_DIR]`: report every error and the counts of blocks by kind.
+    """`blocks.py [DOCS_DIR]`: report every error and the counts of blocks by kind (the
+    docs pages, the usage example atop every public header, the README's blocks).
     `blocks.py --json PAGE.md`: the page's blocks as JSON (for the browser test)."""
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = ROOT
     if len(argv) == 3 and argv[1] == "--json":
         import json
         print(json.dumps([dict(id=b.id, kind=b.kind, lang=b.lang, line=b.line, shown="\n".join(b.shown_lines()),
-                               attrs=b.attrs) for b in parse_file(argv[2], root)]))
+                               copy=copy_text(b) if b.is_cpp and b.kind else None, attrs=b.attrs)
+                          for b in parse_file(argv[2], root)]))
         return 0
     docs_dir = pathlib.Path(argv[1]) if len(argv) > 1 else root / "docs"
-    contexts = root / "snippets" / "contexts"
     counts, problems, reasons = {k: 0 for k in KINDS}, [], []
-    for path in doc_pages(docs_dir):
-        blocks = parse_file(path, root)
-        for b, msg in check_page(blocks, contexts):
+    pages = [(path, parse_file(path, root)) for path in doc_pages(docs_dir)]
+    for header in public_headers(root):
+        blocks = header_blocks(header, root)
+        if not blocks:
+            problems.append(f"{header.relative_to(root)}:1: error: no usage example in the tested syntax "
+                            '`// Usage {.cpp .fragment context="..."}:` (snippets/blocks.py)')
+        pages.append((header, blocks))
+    for path, blocks in pages:
+        for b, msg in check_page(blocks, CONTEXTS):
             problems.append(f"{b.page}:{b.line}: error: {msg}")
-        for number, msg in check_includes(path, docs_dir, root):
-            problems.append(f"{path.relative_to(root)}:{number}: error: {msg}")
+        if path.suffix == ".md":
+            for number, msg in check_includes(path, docs_dir, root):
+                problems.append(f"{path.relative_to(root)}:{number}: error: {msg}")
         for b in blocks:
             if b.is_cpp and b.kind:
                 counts[b.kind] += 1
                 if b.kind == "no-compile":
                     reasons.append(f"{b.page}:{b.line}: #{b.id} not compiled: {b.attrs.get('reason', '')}")
+    for number, msg in check_readme(root / "README.md", root):
+        problems.append(f"README.md:{number}: error: {msg}")
     print("\n".join(problems + reasons))
     print("blocks: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     return 1 if problems else 0

@@ -29,7 +29,7 @@ def body(block):
 
 def fragments_tu(page, frags):
     contexts = sorted({b.attrs["context"] for b in frags})
-    out = [HEADER.format(page=page), '#include "support.h"\n']
+    out = [HEADER.format(page=page), '#include "support.h"\n', "#include <doctest/doctest.h>\n"]
     out += [f'#include "contexts/{c}.h"\n' for c in contexts]
     for b in frags:
         out.append(f'\n#line {b.line} "{b.page}"\nTEST_CASE_FIXTURE({b.attrs["context"]}_context, "{b.id}") {{\n'
@@ -41,7 +41,7 @@ def compile_fail_tu(page, b):
     ctx = b.attrs.get("context")
     if not ctx:
         return HEADER.format(page=page) + body(b)
-    return (HEADER.format(page=page) + f'#include "contexts/{ctx}.h"\n'
+    return (HEADER.format(page=page) + f'#include <doctest/doctest.h>\n#include "contexts/{ctx}.h"\n'
             f"struct compile_fail_case : {ctx}_context {{\nvoid run() {{\n{body(b)}}}\n}};\n")
 
 
@@ -49,13 +49,20 @@ def cmake_str(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace(";", "\\;") + '"'
 
 
-def extract(docs_dir, out_dir, root):
-    calls = []
+def pages(docs_dir, root):
+    """(page name, blocks) of every docs page, then of every public header's usage example."""
     for path in B.doc_pages(docs_dir):
         page_blocks = B.parse_file(path, root)
+        if page_blocks:
+            yield B.page_name(page_blocks[0].page), page_blocks
+    yield B.HEADERS_PAGE, [b for header in B.public_headers(root) for b in B.header_blocks(header, root)]
+
+
+def extract(docs_dir, out_dir, root):
+    calls = []
+    for page, page_blocks in pages(docs_dir, root):
         bad = {id(b) for b, _ in B.check_page(page_blocks, root / "snippets" / "contexts")}
         good = [b for b in page_blocks if b.is_cpp and id(b) not in bad]
-        page = B.page_name(page_blocks[0].page) if page_blocks else None
         if not good:
             continue
         page_dir = out_dir / page

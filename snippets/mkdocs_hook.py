@@ -1,7 +1,12 @@
 """MkDocs hook (mkdocs.yml `hooks:`): renders the docs' code blocks with snippets/blocks.py.
 
-- C++ blocks lose their metadata and hidden `//~` lines; a collapsed "full source" box
-  below the block shows the hidden lines to readers who want them.
+- C++ blocks lose their metadata and hidden `//~` lines. Where what the reader copies
+  differs from what is shown (a fragment, or a program with hidden lines), a collapsed
+  "Complete program" box below the block shows `blocks.copy_text(block)`, and the block's
+  copy button copies that same text (docs/javascripts/copy-program.js).
+- Every C++ block carries data-kind (and data-expect for compile-fail); every output block
+  data-for and data-tolerance: the reader-side test (tests/browser/site_test.mjs, then
+  snippets/copies_test.py) takes the copies and the expected outputs from the built HTML.
 - Output blocks get an "Output" caption (and, with `plot="lr"`, an SVG chart per line,
   snippets/plot.py); compile-fail and no-compile blocks a label.
 - Invalid blocks are logged as warnings, so `mkdocs build --strict` fails on them.
@@ -29,21 +34,31 @@ def _fence(block, info, lines):
     return [block.indent + fence + info] + [block.indent + l if l else "" for l in lines] + [block.indent + fence]
 
 
+def _attr(value):
+    return value.replace("&", "&amp;").replace('"', "&quot;")
+
+
 def _render(block):
     """The markdown lines that replace one block."""
     i = block.indent
     if block.is_output:
-        out = [f"{i}Output", f"{i}{{: .sw-output-label }}", ""] + _fence(block, "{.text .sw-output}", block.lines)
+        info = (f'{{.text .sw-output data-for="{_attr(block.attrs.get("for", ""))}" '
+                f'data-tolerance="{_attr(block.attrs.get("tolerance", ""))}"}}')
+        out = [f"{i}Output", f"{i}{{: .sw-output-label }}", ""] + _fence(block, info, block.lines)
         if block.attrs.get("plot") == "lr":  # drawn from the verified output, at build time
             out += ["", i + plot.lr_charts(block.lines), ""]
         return out
     if not (block.is_cpp and block.kind):
         return None
-    out = _fence(block, f"{{.cpp #snippet-{block.id}}}", block.shown_lines())
-    if block.hidden_count():
-        out += ["", f'{i}??? example "Full source, with {block.hidden_count()} hidden setup '
-                    f'line{"s" if block.hidden_count() > 1 else ""}"', ""]
-        out += ["    " + l if l else "" for l in _fence(block, "{.cpp}", block.compiled_lines())]
+    extra = f' data-expect="{_attr(block.attrs["expect"])}"' if block.kind == "compile-fail" else ""
+    shown = block.shown_lines()
+    out = _fence(block, f'{{.cpp #snippet-{block.id} data-kind="{block.kind}"{extra}}}', shown)
+    copy = B.copy_text(block).splitlines()
+    if copy != shown:
+        what = ("the block's code with its context and a main()" if block.kind != "program"
+                else f"with {block.hidden_count()} hidden line{'s' if block.hidden_count() > 1 else ''}")
+        out += ["", f'{i}??? example sw-complete "Complete program ({what}): what the copy button copies"', ""]
+        out += ["    " + l if l else "" for l in _fence(block, "{.cpp .sw-complete-code}", copy)]
     if block.kind == "compile-fail":
         out = [f"{i}Does not compile: the docs test checks that the compiler says "
                f"`` {block.attrs['expect']} ``", f"{i}{{: .sw-label .sw-compile-fail }}", ""] + out

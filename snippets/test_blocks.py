@@ -59,6 +59,41 @@ class ParserTest(unittest.TestCase):
             messages = " | ".join(m for _, m in B.check_page(B.parse_text(text, "docs/t.md"), CONTEXTS))
             self.assertIn(expected, messages, text)
 
+    def test_copy_text(self):
+        program, fragment = [b for b in B.parse_text(PAGE, "docs/t.md") if b.is_cpp]
+        # A program copies its whole source, the hidden include included.
+        self.assertEqual(B.copy_text(program), "#include <iostream>\nint main() { std::cout << 1; }\n")
+        # A fragment copies a complete program: its context, doctest's checks, a main().
+        copy = B.copy_text(fragment)
+        self.assertIn("struct engine_context {", copy)
+        self.assertIn("struct Block : engine_context {\n  void run() {\n    CHECK(true);\n  }\n};", copy)
+        self.assertIn("#define CHECK(...)", copy)
+        self.assertIn("int main() {\n  Block().run();", copy)
+        self.assertNotIn("doctest.h", copy)
+        self.assertNotIn("#pragma once", copy)
+        # No check used: the checks are not pasted in.
+        plain = B.parse_text('```{.cpp .fragment #g context="basic"}\nint x = 1;\n```\n', "docs/t.md")[0]
+        self.assertNotIn("CHECK", B.copy_text(plain))
+
+    def test_header_blocks(self):
+        header = pathlib.Path(__file__).resolve().parent.parent / "include" / "stepwise" / "engine.h"
+        (block,) = B.header_blocks(header)
+        self.assertEqual((block.kind, block.id, block.attrs["context"]), ("fragment", "engine", "loader"))
+        self.assertTrue(block.lines[0].startswith("auto engine = stepwise::initialize("))
+        self.assertEqual(header.read_text().splitlines()[block.first_code_line - 1], "//   " + block.lines[0])
+        self.assertEqual(B.header_block_id("include/stepwise/cuda/kernels.h"), "cuda-kernels")
+
+    def test_readme_matches_tested_block(self):
+        import tempfile
+        root = pathlib.Path(__file__).resolve().parent.parent
+        self.assertEqual(B.check_readme(root / "README.md", root), [])
+        with tempfile.TemporaryDirectory() as tmp:
+            bad = pathlib.Path(tmp) / "README.md"
+            bad.write_text("<!-- tested: docs/index.md#at-a-glance -->\n```cpp\nloader.drift();\n```\n")
+            self.assertIn("differs from the code shown", B.check_readme(bad, root)[0][1])
+            bad.write_text("```cpp\nint x;\n```\n")
+            self.assertIn("without a `<!-- tested:", B.check_readme(bad, root)[0][1])
+
     def test_same_output(self):
         self.assertTrue(same_output("a 1.0\n", "a 1.0\n", ""))
         self.assertFalse(same_output("a 1.0\n", "a 1.0000001\n", ""))

@@ -1,6 +1,6 @@
 // stepwise: micro-step counters, the accumulation boundary and the cadence checks.
 //
-// Usage (what Engine does with it):
+// Usage {.cpp .fragment context="basic"} (what Engine does with it):
 //
 //   stepwise::Accumulator acc(/*gas=*/4, /*strict_cadence=*/true);
 //   acc.on_backward();              // throws if backward() came twice in a row

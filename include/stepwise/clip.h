@@ -1,7 +1,8 @@
 // stepwise: the global L2 norm of gradients and clipping by it.
 //
-// Usage:
+// Usage {.cpp .fragment context="engine"}:
 //
+//   loss_of(0).backward();
 //   double norm = stepwise::clip_grad_norm(model->parameters(), /*max_norm=*/1.0);
 //   // gradients were multiplied by 1.0 / (norm + 1e-6) if norm > 1.0
 //

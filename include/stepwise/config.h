@@ -1,6 +1,6 @@
 // stepwise: DeepSpeed JSON configuration, parsed once into typed structs.
 //
-// Usage:
+// Usage {.cpp .fragment context="basic"}:
 //
 //   auto config = stepwise::Config::from_string(R"({
 //     "train_batch_size": 32,

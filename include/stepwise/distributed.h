@@ -1,15 +1,16 @@
 // stepwise: data parallelism over LibTorch's c10d (Gloo on CPU, NCCL on CUDA).
 //
-// Usage (start it with `tools/launch -n 2 -- ./train`, or torchrun-style
-// variables RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT):
+// Usage {.cpp .fragment context="loader"}:
 //
-//   // Optional: stepwise::initialize does this itself when WORLD_SIZE is set.
-//   stepwise::distributed::init(stepwise::distributed::InitOptions().timeout(
-//       std::chrono::seconds(60)));
-//   auto engine = stepwise::initialize(model, config);  // tb = mbs * GAS * W
-//   int64_t rank = stepwise::distributed::rank();       // pick this rank's samples
-//   ... the usual loop: engine.backward(loss); engine.step(); ...
-//   stepwise::distributed::shutdown();                  // a barrier, then close
+//   // Started by `tools/launch -n 2 -- ./train` (torchrun's RANK, WORLD_SIZE, ...),
+//   // initialize() joins the group; without those variables the world is this process.
+//   auto engine = stepwise::initialize(model, stepwise::Config::from_file("ds_config.json"));
+//   int64_t rank = stepwise::distributed::rank();  // 0 .. world_size() - 1
+//   for (size_t i = rank; i < loader.size(); i += stepwise::distributed::world_size()) {
+//     engine.backward(torch::mse_loss(model->forward(loader[i].data), loader[i].target));
+//     engine.step();  // at the boundary: gradients averaged over the ranks
+//   }
+//   if (stepwise::distributed::is_initialized()) stepwise::distributed::shutdown();
 //
 // At the accumulation boundary (never in between), engine.step() sums every
 // gradient over the W ranks through flat buckets and divides by W, so every

@@ -1,6 +1,6 @@
 // stepwise: the training engine. Four facts decide whether a loop is correct.
 //
-// Usage:
+// Usage {.cpp .fragment context="loader"}:
 //
 //   auto engine = stepwise::initialize(model, stepwise::Config::from_file("ds_config.json"));
 //   for (auto& batch : loader) {                      // every MICRO-batch

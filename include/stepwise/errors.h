@@ -1,6 +1,6 @@
 // stepwise: the error types every user-facing check throws.
 //
-// Usage:
+// Usage {.cpp .fragment context="basic"}:
 //
 //   try {
 //     auto config = stepwise::Config::from_string(R"({"train_batch_size": 0})");

@@ -1,10 +1,12 @@
 // stepwise: fused multi-tensor ops, on CPU (ATen ops) or CUDA (stepwise's own kernels).
 //
-// Usage:
+// Usage {.cpp .fragment context="basic"}:
 //
 //   namespace fused = stepwise::fused;
-//   auto found_inf = fused::unscale_and_check(grads, 1.0 / S);  // in place; a device flag
-//   auto norm = fused::global_norm(grads);                       // fp32 scalar tensor
+//   std::vector<torch::Tensor> params = {torch::ones({3})}, grads = {torch::full({3}, 1024.0)};
+//   std::vector<torch::Tensor> exp_avg = {torch::zeros({3})}, exp_avg_sq = {torch::zeros({3})};
+//   auto found_inf = fused::unscale_and_check(grads, 1.0 / 1024);  // in place; a device flag
+//   auto norm = fused::global_norm(grads);                         // fp32 scalar tensor
 //   fused::adamw_step({params, grads, exp_avg, exp_avg_sq}, fused::AdamWStep().lr(1e-3),
 //                     found_inf);  // nothing changes where found_inf != 0
 //

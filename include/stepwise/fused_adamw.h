@@ -1,10 +1,11 @@
 // stepwise: FusedAdamW, a torch::optim::Optimizer whose step is one fused multi-tensor
 // Adam/AdamW update (stepwise::fused::adamw_step: CUDA kernels on CUDA, ATen on CPU).
 //
-// Usage:
+// Usage {.cpp .fragment context="engine"}:
 //
 //   stepwise::FusedAdamW optimizer(model->parameters(),
 //                                  torch::optim::AdamWOptions(1e-3).weight_decay(0.01));
+//   auto loss = loss_of(0);
 //   loss.backward();
 //   optimizer.step();  // as torch::optim::AdamW, in one pass over all parameters
 //

@@ -1,9 +1,10 @@
 // stepwise: the fp16 loss scale, as a pure state machine (DeepSpeed's rule).
 //
-// Usage:
+// Usage {.cpp .fragment context="basic"}:
 //
 //   auto scaler = stepwise::LossScaler(stepwise::LossScalerOptions().init_scale(65536));
 //   // backward: backpropagate loss * scaler.scale(); step: unscale the gradients, then
+//   bool found_inf_or_nan = false;
 //   scaler.update(/*overflow=*/found_inf_or_nan);  // halves or grows the scale
 //
 // NOTE: [loss scale rule] Dynamic scaling (DeepSpeed's DynamicLossScaler): on an

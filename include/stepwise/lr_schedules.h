@@ -1,6 +1,6 @@
 // stepwise: DeepSpeed's learning-rate schedules as LibTorch LRSchedulers.
 //
-// Usage:
+// Usage {.cpp .fragment context="engine"}:
 //
 //   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(0.1));
 //   stepwise::WarmupLR scheduler(optimizer, stepwise::WarmupLROptions()

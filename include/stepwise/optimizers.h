@@ -1,6 +1,6 @@
 // stepwise: optimizers from the config's "optimizer" section.
 //
-// Usage:
+// Usage {.cpp .fragment context="engine"}:
 //
 //   stepwise::OptimizerConfig opt;
 //   opt.type = "Adam";  // decoupled weight decay unless adam_w_mode = false

@@ -1,14 +1,20 @@
 // stepwise: the precision policy: fp32, fp16 with loss scaling, or bf16.
 //
-// Usage (what Engine does with it):
+// Usage {.cpp .fragment context="engine"} (what Engine does with it):
 //
+//   auto config = stepwise::Config::from_string(R"({"train_batch_size": 8,
+//                                                  "bf16": {"enabled": true}})");
 //   stepwise::Precision precision(config, *model);  // casts the model to half/bf16
+//   stepwise::OptimizerConfig opt;
+//   opt.type = "AdamW";
 //   auto optimizer = make_optimizer(opt, precision.optimizer_params());  // fp32 masters
-//   precision.attach(*optimizer);                  // a FusedAdamW writes the model too
-//   precision.scale_loss(loss / gas).backward();   // * S for fp16
-//   auto stats = precision.unscale_and_check(1.0); // master grads, norm, overflow
-//   if (!stats.overflow) { optimizer.step(); precision.copy_to_model(); }
-//   precision.finish_boundary(stats.overflow);     // loss-scale bookkeeping
+//   precision.attach(*optimizer);                   // a FusedAdamW writes the model too
+//   auto out = model->forward(batches[0].first.to(torch::kBFloat16)).to(torch::kFloat);
+//   auto loss = torch::mse_loss(out, batches[0].second);
+//   precision.scale_loss(loss / 4).backward();      // * S for fp16
+//   auto stats = precision.unscale_and_check(1.0);  // master grads, norm, overflow
+//   if (!stats.overflow) { optimizer->step(); precision.copy_to_model(); }
+//   precision.finish_boundary(stats.overflow);      // loss-scale bookkeeping
 //
 // fp16: the model's parameters are half; fp32 master copies live in the
 // optimizer; backward() multiplies the (GAS-divided) loss by S in fp32;

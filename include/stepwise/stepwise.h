@@ -1,8 +1,8 @@
 // stepwise: everything, in one include.
 //
-// Usage:
+// Usage {.cpp .fragment context="loader"}:
 //
-//   #include <stepwise/stepwise.h>
+//   // #include <stepwise/stepwise.h>: every public header of stepwise
 //   auto engine = stepwise::initialize(model, stepwise::Config::from_file("ds_config.json"));
 #pragma once
 

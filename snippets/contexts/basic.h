@@ -1,4 +1,5 @@
-// Context "basic": the includes every page needs, nothing else.
+// Context "basic": the includes the pages' fragments use, nothing else. (Not
+// <torch/torch.h>: it doubles the compile time of a copied block.)
 //
 //   ```{.cpp .fragment #id context="basic"}
 //   auto config = stepwise::Config::from_string(R"({"train_batch_size": 8})");
@@ -7,18 +8,22 @@
 #pragma once
 
 #include <stepwise/stepwise.h>
-#include <torch/torch.h>
-
-#include <doctest/doctest.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/schedulers/step_lr.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
 
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 struct basic_context {};

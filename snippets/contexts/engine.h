@@ -11,9 +11,10 @@
 #pragma once
 
 #include <stepwise/stepwise.h>
-#include <torch/torch.h>
-
-#include <doctest/doctest.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adamw.h>
+#include <torch/utils.h>
 
 #include <cstdlib>
 #include <iomanip>

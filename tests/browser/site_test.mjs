@@ -6,7 +6,11 @@
 // console errors; the getting-started loop block is on the page and equals its source in
 // docs/getting-started.md; the search UI finds "gradient_accumulation_steps"; the C++ API
 // reference page for Engine::backward is reachable from the nav; no internal link (or
-// #anchor) is broken. Saves a screenshot of getting-started in $STEPWISE_ARTIFACTS
+// #anchor) is broken; every C++ block of every guide page (in tabs and taller than the
+// window too) has a copy button that copies the block's complete program, the same text
+// its "Complete program" box shows. Saves a screenshot of getting-started, and the copies
+// as a reader got them (copies.json: page, id, kind, copy text, expected output block,
+// tolerance, expected diagnostic) for snippets/copies_test.py, in $STEPWISE_ARTIFACTS
 // (default build/artifacts/).
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -43,6 +47,74 @@ function sourceOf(page, id) {
   const block = blocks.find((b) => b.id === id);
   if (!block) throw new Error(`no block #${id} in ${page}`);
   return block.shown;
+}
+
+// Clicks the copy button of every C++ block of `urls` as a reader would (showing its tab
+// first), reads the clipboard, and checks it against the block's "Complete program" box
+// (or, without one, the code shown). Writes what it copied to artifacts/copies.json.
+async function copyButtons(browser, page, urls, base) {
+  await browser.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: base.replace(/\/$/, '') });
+  const viewport = page.viewportSize();
+  const copies = [];
+  let tabbed = 0; let tall = 0;
+  for (const url of urls) {
+    await page.goto(url, { waitUntil: 'load' });
+    const where = url.slice(base.length);
+    const ids = await page.$$eval('div.highlight[id^="snippet-"]', (ds) => ds.map((d) => d.id));
+    for (const id of ids) {
+      const block = page.locator(`#${id}`);
+      const tabIndex = await block.evaluate((d) => {
+        const tab = d.closest('.tabbed-block');
+        return tab ? [[...document.querySelectorAll('.tabbed-set')].indexOf(tab.closest('.tabbed-set')),
+          [...tab.parentElement.children].indexOf(tab)] : null;
+      });
+      if (tabIndex) {  // a reader clicks the tab first
+        tabbed++;
+        await page.locator('.tabbed-set').nth(tabIndex[0]).locator('.tabbed-labels > label').nth(tabIndex[1]).click();
+      }
+      // Material mounts a block's copy button when the block scrolls into view.
+      await block.scrollIntoViewIfNeeded();
+      await block.locator('button.md-clipboard').first().waitFor({ timeout: 5000 }).catch(() => {});
+      const info = await block.evaluate((d) => {
+        const box = d.nextElementSibling && d.nextElementSibling.matches('details.sw-complete') ? d.nextElementSibling : null;
+        const out = [...document.querySelectorAll('div.sw-output[data-for]')].find((o) => o.dataset.for === d.id.slice(8));
+        return {
+          kind: d.dataset.kind, expect: d.dataset.expect || null,
+          buttons: d.querySelectorAll('button.md-clipboard').length,
+          shown: d.querySelector('code').textContent,
+          box: box ? box.querySelector('code').textContent : null,
+          output: out ? out.querySelector('code').textContent : null,
+          tolerance: out ? out.dataset.tolerance : '',
+        };
+      });
+      const name = `${where}#${id.slice(8)}`;
+      if (info.buttons !== 1) { fail(`${name}: ${info.buttons} copy buttons`); continue; }
+      const box = await block.boundingBox();
+      if (box && box.height > viewport.height) tall++;
+      await page.evaluate(() => navigator.clipboard.writeText(''));
+      await block.hover();
+      await block.locator('button.md-clipboard').click();
+      const copied = await page.evaluate(() => navigator.clipboard.readText());
+      const want = info.box !== null ? info.box : info.shown;
+      if (copied !== want) { fail(`${name}: the copy button copied ${copied.length} characters, not the ${info.box !== null ? 'complete program' : 'code shown'} (${want.length})`); continue; }
+      if (info.box !== null) {  // the toggle, opened, shows the same text
+        const details = block.locator('xpath=following-sibling::details[1]');
+        await details.locator('summary').click();
+        const visible = await details.locator('code').innerText();
+        await details.locator('summary').click();
+        if (visible.replace(/\n$/, '') !== copied.replace(/\n$/, '')) { fail(`${name}: the "Complete program" box shows other text than the copy`); continue; }
+      }
+      copies.push({ page: where.replace(/\.html$/, ''), id: id.slice(8), kind: info.kind, expect: info.expect,
+        copy: copied, output: info.output, tolerance: info.tolerance });
+    }
+  }
+  fs.mkdirSync(artifacts, { recursive: true });
+  fs.writeFileSync(path.join(artifacts, 'copies.json'), JSON.stringify(copies, null, 1));
+  const byKind = {};
+  for (const c of copies) byKind[c.kind] = (byKind[c.kind] || 0) + 1;
+  if (copies.length < 30) fail(`copy buttons: only ${copies.length} C++ blocks copied`);
+  else pass(`copy buttons: ${copies.length} C++ blocks (${Object.entries(byKind).map(([k, n]) => `${n} ${k}`).join(', ')}; `
+    + `${tabbed} in tabs, ${tall} taller than the window) copy their complete program -> ${path.join(artifacts, 'copies.json')}`);
 }
 
 async function main() {
@@ -149,6 +221,9 @@ async function main() {
       if (bad && broken++ < 20) fail(`broken link in ${l.from.slice(base.length)}: ${l.page.slice(base.length)} (${bad})`);
     }
     if (!broken) pass(`internal links: ${links.length} links over ${seen.size} files, none broken`);
+
+    // 6. Every C++ block's copy button copies its complete program (what the toggle shows).
+    await copyButtons(browser, page, navPages.filter((u) => !u.includes('/api/')), base);
   } finally {
     await browser.close();
     server.close();

@@ -1,6 +1,8 @@
 // stepwise: the CUDA multi-tensor kernels, as a raw-pointer host API.
 //
-// Usage (what src/cuda/fused_cuda.cpp does for stepwise::fused on CUDA tensors):
+// What src/cuda/fused_cuda.cpp does for stepwise::fused on CUDA tensors:
+//
+// Usage {.cpp .no-compile reason="device memory and a stream (tests/cuda/)"}:
 //
 //   using namespace stepwise::cuda;
 //   std::vector<TensorView> grads = {{g0_ptr, g0_numel, DType::kFloat16}, ...};
