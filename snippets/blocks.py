@@ -7,7 +7,8 @@ superfences 9.5), and exactly one kind:
     ```{.cpp .fragment #id context="engine"}        body of a doctest TEST_CASE in snippets/contexts/engine.h
     ```{.cpp .compile-fail #id expect="text"}       must fail to compile, the output containing "text"
     ```{.cpp .no-compile #id reason="why"}          not compiled (counted; the goal is zero)
-    ```{.text .output for="id" tolerance="1e-6"}    the expected stdout of block `id`
+    ```{.text .output for="id" tolerance="1e-6"}    the expected stdout of block `id` (numbers within
+                                                    1e-6 relative; atol="1e-9" adds an absolute bound)
 
 Lines starting with HIDDEN (after indentation) are compiled but hidden on the page; they
 may only hold what does not change what the shown code does (includes, declarations of
@@ -27,7 +28,7 @@ HIDDEN = "//~"
 CPP_LANGS = {"cpp", "c++", "cxx"}
 KINDS = ("program", "fragment", "compile-fail", "no-compile")
 REQUIRED = {"fragment": "context", "compile-fail": "expect", "no-compile": "reason"}
-OUTPUT_KEYS = {"for", "tolerance", "plot"}
+OUTPUT_KEYS = {"for", "tolerance", "atol", "plot"}
 KNOWN_KEYS = {"context", "expect", "reason", "for", "tolerance", "before", "title"}
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 CONTEXT_RE = re.compile(r"^[a-z_][a-z0-9_]*$")

@@ -78,7 +78,7 @@ def test_page(page, blocks, work, prefix, flags, cwd):
         expected = b["output"] or ""
         if proc.returncode != 0:
             failures.append(f"{name}: the copy exited with status {proc.returncode}:\n{proc.stderr[-3000:]}")
-        elif not run_block.same_output(expected, proc.stdout, b["tolerance"]):
+        elif not run_block.same_output(expected, proc.stdout, b["tolerance"], b.get("atol", "")):
             failures.append(f"{name}: the copy printed\n{proc.stdout}\nbut the page shows\n{expected}")
         else:
             counts[f"{b['kind']} copies built and run"] += 1

@@ -76,13 +76,15 @@ def extract(docs_dir, out_dir, root):
                 expected = str(page_dir / f"{b.id}.expected")
                 write_if_changed(pathlib.Path(expected), "\n".join(out.lines) + ("\n" if out.lines else ""))
             tol = out.attrs.get("tolerance", "") if out is not None else ""
+            atol = out.attrs.get("atol", "") if out is not None else ""
             if b.kind == "program":
                 write_if_changed(page_dir / f"{b.id}.cpp", HEADER.format(page=b.page) + body(b))
-                calls.append(f"stepwise_docs_program({page} {b.id} {cmake_str(expected)} {cmake_str(tol)})")
+                calls.append(f"stepwise_docs_program({page} {b.id} {cmake_str(expected)} {cmake_str(tol)} {cmake_str(atol)})")
                 if b.attrs.get("before"):
                     calls.append(f"stepwise_docs_before_after({page} {b.attrs['before']} {b.id} {b.page})")
             elif b.kind == "fragment":
-                calls.append(f"stepwise_docs_fragment({page} {b.id} {cmake_str(expected)} {cmake_str(tol)})")
+                calls.append(f"stepwise_docs_fragment({page} {b.id} {cmake_str(expected)} {cmake_str(tol)} "
+                             f"{cmake_str(atol)})")
             elif b.kind == "compile-fail":
                 write_if_changed(page_dir / f"{b.id}.cpp", compile_fail_tu(b.page, b))
                 calls.append(f"stepwise_docs_compile_fail({page} {b.id} {cmake_str(b.attrs['expect'])})")

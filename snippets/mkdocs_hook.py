@@ -43,7 +43,8 @@ def _render(block):
     i = block.indent
     if block.is_output:
         info = (f'{{.text .sw-output data-for="{_attr(block.attrs.get("for", ""))}" '
-                f'data-tolerance="{_attr(block.attrs.get("tolerance", ""))}"}}')
+                f'data-tolerance="{_attr(block.attrs.get("tolerance", ""))}" '
+                f'data-atol="{_attr(block.attrs.get("atol", ""))}"}}')
         out = [f"{i}Output", f"{i}{{: .sw-output-label }}", ""] + _fence(block, info, block.lines)
         if block.attrs.get("plot") == "lr":  # drawn from the verified output, at build time
             out += ["", i + plot.lr_charts(block.lines), ""]

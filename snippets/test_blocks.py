@@ -98,6 +98,11 @@ class ParserTest(unittest.TestCase):
         self.assertTrue(same_output("a 1.0\n", "a 1.0\n", ""))
         self.assertFalse(same_output("a 1.0\n", "a 1.0000001\n", ""))
         self.assertTrue(same_output("lr 0.001 x\n", "lr 0.0010000001 x\n", "1e-6"))
+        # Relative, also below 1: an lr 10% off fails however small it is.
+        self.assertFalse(same_output("lr 1e-05\n", "lr 1.1e-05\n", "1e-6"))
+        self.assertFalse(same_output("w 0\n", "w 1e-07\n", "1e-6"))
+        self.assertTrue(same_output("w 0\n", "w 1e-07\n", "1e-6", atol="1e-6"))
+        self.assertFalse(same_output("w 0\n", "w 1e-05\n", "1e-6", atol="1e-6"))
         self.assertFalse(same_output("lr 0.001 x\n", "lr 0.0011 x\n", "1e-6"))
         self.assertFalse(same_output("lr 0.001 x\n", "lr 0.001 y\n", "1e-6"))
 

@@ -14,6 +14,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
+#include <cstdio>
 #include <fstream>
 #include <iomanip>
 #include <iostream>

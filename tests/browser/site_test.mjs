@@ -84,7 +84,7 @@ async function copyButtons(browser, page, urls, base) {
           shown: d.querySelector('code').textContent,
           box: box ? box.querySelector('code').textContent : null,
           output: out ? out.querySelector('code').textContent : null,
-          tolerance: out ? out.dataset.tolerance : '',
+          tolerance: out ? out.dataset.tolerance : '', atol: out ? out.dataset.atol : '',
         };
       });
       const name = `${where}#${id.slice(8)}`;
@@ -105,7 +105,7 @@ async function copyButtons(browser, page, urls, base) {
         if (visible.replace(/\n$/, '') !== copied.replace(/\n$/, '')) { fail(`${name}: the "Complete program" box shows other text than the copy`); continue; }
       }
       copies.push({ page: where.replace(/\.html$/, ''), id: id.slice(8), kind: info.kind, expect: info.expect,
-        copy: copied, output: info.output, tolerance: info.tolerance });
+        copy: copied, output: info.output, tolerance: info.tolerance, atol: info.atol });
     }
   }
   fs.mkdirSync(artifacts, { recursive: true });
