@@ -22,7 +22,7 @@ namespace stepwise {
 inline constexpr const char* kCadenceDocs =
     "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation)";
 
-/// Counters and the boundary rule of SEMANTICS section 3.
+/// Counters and the boundary rule (docs/engine.md, "Counters").
 class Accumulator {
  public:
   /// `gas` > 0 micro-batches per optimizer step.

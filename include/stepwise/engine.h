@@ -13,7 +13,8 @@
 //   //    scheduler.step(): step() does all four, at the accumulation boundary.
 //
 // Differences from DeepSpeed are listed on the docs site ("Differences from
-// DeepSpeed"); the behavioural contract is SEMANTICS.md.
+// DeepSpeed", docs/differences.md); the loop's contract is stated in docs/engine.md
+// and docs/gradient-accumulation.md.
 #pragma once
 
 #include <stepwise/accumulation.h>

@@ -22,9 +22,14 @@ kernels::DType dtype_of(const torch::Tensor& t) {
       return kernels::DType::kFloat32;
     case torch::kHalf:
       return kernels::DType::kFloat16;
+    case torch::kBFloat16:
+      return kernels::DType::kBFloat16;
     default:
-      return kernels::DType::kBFloat16;  // src/fused.cpp admits only these three
+      break;
   }
+  // src/fused.cpp admits only these three; anything else reaching here is our bug.
+  TORCH_INTERNAL_ASSERT(false, "fused CUDA op got a ", t.scalar_type(),
+                        " tensor: src/fused.cpp should have refused it");
 }
 
 std::vector<kernels::TensorView> views(const std::vector<torch::Tensor>& list) {

@@ -2,6 +2,11 @@
 // planner that packs a list of tensors into as few launches as the kernel-parameter
 // budget allows, the block -> (tensor, chunk) lookup, and fp16/bf16 load/store helpers.
 //
+// NOTE: [multi-tensor apply] a model has hundreds of parameters, most of them small:
+// one launch per parameter would cost more in launch overhead than the arithmetic, so
+// each op takes whole lists of tensors and covers them in as few launches as the
+// kernel-parameter budget allows (the scheme of apex's multi_tensor_apply).
+//
 // One block handles one chunk of kChunkSize elements of one tensor. A launch's
 // metadata (TensorListMeta) holds up to kMaxTensors tensors; tensor slot s owns the
 // consecutive blocks [first_block[s], first_block[s + 1]) and its first one handles
