@@ -14,8 +14,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// W > 1: checks that the ranks agree and broadcasts rank 0's parameters, BEFORE the
-// precision policy casts the model and copies its fp32 masters from it.
+// W > 1: checks that the ranks agree and broadcasts rank 0's parameters (see NOTE:
+// [construction order]).
 std::unique_ptr<distributed::GradientReducer> make_reducer(torch::nn::Module& model,
                                                            const Config& config,
                                                            const BatchSizes& sizes) {
@@ -33,12 +33,8 @@ torch::nn::Module& non_null(const std::shared_ptr<torch::nn::Module>& model) {
 
 std::unique_ptr<torch::optim::Optimizer> choose_optimizer(
     const Config& config, std::unique_ptr<torch::optim::Optimizer> client,
-    const std::vector<torch::Tensor>& params) {
-  STEPWISE_CHECK(!client || !(config.fp16.enabled || config.bf16.enabled), ConfigError,
-                 "a client optimizer cannot be combined with ",
-                 (config.fp16.enabled ? "fp16" : "bf16"),
-                 ".enabled: the engine must build the optimizer over its fp32 master weights; "
-                 "use the config's \"optimizer\" section instead");
+    const Precision& precision) {
+  precision.check_optimizer_source(client != nullptr);
   STEPWISE_CHECK(!(client && config.optimizer), ConfigError,
                  "both a client optimizer and an \"optimizer\" config section (type \"",
                  config.optimizer ? config.optimizer->type : "",
@@ -49,7 +45,7 @@ std::unique_ptr<torch::optim::Optimizer> choose_optimizer(
                  "no optimizer: add an \"optimizer\" section to the config (for example "
                  "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}) or pass one to "
                  "stepwise::initialize");
-  return make_optimizer(*config.optimizer, params);
+  return make_optimizer(*config.optimizer, precision.optimizer_params());
 }
 
 std::string describe(const torch::Tensor& loss) {
@@ -67,12 +63,20 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
       config_(std::move(config)),
       // Joins the process group from torchrun's variables when WORLD_SIZE > 1.
       sizes_(config_.resolve_batch_sizes(distributed::world_size_for_engine())),
-      reducer_(make_reducer(non_null(model_), config_, sizes_)),
-      precision_(config_, *model_),
       accumulator_(sizes_.gradient_accumulation_steps, config_.stepwise.strict_cadence) {
-  optimizer_ =
-      choose_optimizer(config_, std::move(client_optimizer), precision_.optimizer_params());
-  precision_.attach(*optimizer_);
+  // NOTE: [construction order] the steps below depend on each other's effects, so they
+  // run here, in this order, not in the member initializer list (where the order of
+  // the declarations would decide it):
+  // 1. the reducer checks that the ranks agree and broadcasts rank 0's parameters;
+  // 2. then Precision casts the model to half/bf16 and copies the fp32 masters from it,
+  //    once: broadcast after this, a rank's masters (what the optimizer updates) would
+  //    stay its own weights while its model showed rank 0's;
+  // 3. then the optimizer is built over the masters, and attached to the precision.
+  // tests/distributed (RankZerosWeightsReachEveryRankBeforeTheFp16Cast) checks 1-2.
+  reducer_ = make_reducer(non_null(model_), config_, sizes_);
+  precision_ = std::make_unique<Precision>(config_, *model_);
+  optimizer_ = choose_optimizer(config_, std::move(client_optimizer), *precision_);
+  precision_->attach(*optimizer_);
   STEPWISE_CHECK(!(client_scheduler && config_.scheduler), ConfigError,
                  "both a client LR scheduler and a \"scheduler\" config section (type \"",
                  config_.scheduler ? config_.scheduler->type : "",
@@ -105,7 +109,7 @@ torch::Tensor Engine::backward(const torch::Tensor& loss, const BackwardOptions&
   // FACT 1 and 2: the engine divides by GAS and returns what it backpropagated.
   torch::Tensor scaled =
       scale ? loss / static_cast<double>(sizes_.gradient_accumulation_steps) : loss;
-  precision_.scale_loss(scaled).backward();  // * S inside for fp16; never in the return
+  precision_->scale_loss(scaled).backward();  // * S inside for fp16; never in the return
   backward_time_ += Clock::now() - start;
   return scaled.detach();
 }
@@ -152,22 +156,22 @@ void Engine::boundary_step(int64_t samples, double grad_factor, bool flushing) {
   // After the all-reduce every rank holds the same mean gradients, so the norm
   // and the overflow flag below are global: an inf on one rank is an inf in the
   // sum on every rank, and every rank skips, clips and steps identically.
-  reducer_->reduce(precision_.model_params());
+  reducer_->reduce(precision_->model_params());
   // Unscale (fp16) and check for overflow; one host sync for the norm and the flag.
-  const GradientStats stats = precision_.unscale_and_check(grad_factor);
+  const GradientStats stats = precision_->unscale_and_check(grad_factor);
   global_grad_norm_ = stats.norm;
   const bool skip = stats.overflow;  // an fp16 overflow skips the optimizer AND the scheduler
   if (!skip) {
-    clip_grads_with_norm(precision_.optimizer_params(), stats.norm, config_.gradient_clipping);
+    clip_grads_with_norm(precision_->optimizer_params(), stats.norm, config_.gradient_clipping);
     optimizer_->step();
-    precision_.copy_to_model();
+    precision_->copy_to_model();
   }
-  precision_.zero_grads();  // set_to_none, also after a skipped step
+  precision_->zero_grads();  // set_to_none, also after a skipped step
   if (scheduler_ && !skip) {
     scheduler_->step();
     scheduler_steps_taken_ += 1;
   }
-  precision_.finish_boundary(skip);
+  precision_->finish_boundary(skip);
   was_step_applied_ = !skip;
   if (flushing) {
     accumulator_.on_flush(skip, samples);

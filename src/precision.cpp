@@ -1,6 +1,5 @@
 #include <stepwise/errors.h>
 #include <stepwise/fused.h>
-#include <stepwise/fused_adamw.h>
 #include <stepwise/precision.h>
 
 #include <torch/torch.h>
@@ -73,15 +72,23 @@ GradientStats Precision::unscale_and_check(double factor) {
   return stats;
 }
 
+void Precision::check_optimizer_source(bool client_optimizer) const {
+  STEPWISE_CHECK(!client_optimizer || mode_ == PrecisionMode::kFp32, ConfigError,
+                 "a client optimizer cannot be combined with ",
+                 (mode_ == PrecisionMode::kFp16 ? "fp16" : "bf16"),
+                 ".enabled: the engine must build the optimizer over its fp32 master weights; "
+                 "use the config's \"optimizer\" section instead");
+}
+
 void Precision::attach(torch::optim::Optimizer& optimizer) {
-  // NOTE: [fused write-back] a FusedAdamW writes the rounded new weights into the
-  // half/bf16 model in the same pass as the update; copy_to_model() then has nothing
-  // left to do.
-  auto* fused_optimizer = dynamic_cast<FusedAdamW*>(&optimizer);
-  if (mode_ == PrecisionMode::kFp32 || fused_optimizer == nullptr) return;
+  // NOTE: [fused write-back] an optimizer that WritesModelCopies (a FusedAdamW) writes
+  // the rounded new weights into the half/bf16 model in the same pass as the update;
+  // copy_to_model() then has nothing left to do.
+  auto* writer = dynamic_cast<WritesModelCopies*>(&optimizer);
+  if (mode_ == PrecisionMode::kFp32 || writer == nullptr) return;
   std::vector<torch::Tensor> copies;
   for (const auto& p : model_) copies.push_back(p.detach());
-  fused_optimizer->set_model_copies(std::move(copies));
+  writer->set_model_copies(std::move(copies));
   writes_back_ = true;
 }
 

@@ -112,9 +112,9 @@ class Engine {
   double global_grad_norm() const { return global_grad_norm_; }
   /// The current fp16 loss scale S (1 in fp32 and bf16). backward() multiplies
   /// by it internally; its return value never includes it.
-  double loss_scale() const { return precision_.loss_scale(); }
+  double loss_scale() const { return precision_->loss_scale(); }
   /// The precision policy (mode, master weights, loss scaler).
-  const Precision& precision() const { return precision_; }
+  const Precision& precision() const { return *precision_; }
 
   /// The resolved batch sizes.
   const BatchSizes& batch_sizes() const { return sizes_; }
@@ -144,8 +144,9 @@ class Engine {
   std::shared_ptr<torch::nn::Module> model_;
   Config config_;
   BatchSizes sizes_;
+  // Built in the constructor's body, in the order of NOTE: [construction order].
   std::unique_ptr<distributed::GradientReducer> reducer_;
-  Precision precision_;
+  std::unique_ptr<Precision> precision_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<torch::optim::LRScheduler> scheduler_;
   int64_t scheduler_steps_at_start_ = 0;

@@ -16,6 +16,8 @@
 // (fp16/bf16 training), the update also writes the rounded new weights into them.
 #pragma once
 
+#include <stepwise/precision.h>
+
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
 
@@ -24,7 +26,7 @@
 namespace stepwise {
 
 /// Adam/AdamW as one fused update per parameter group.
-class FusedAdamW : public torch::optim::Optimizer {
+class FusedAdamW : public torch::optim::Optimizer, public WritesModelCopies {
  public:
   /// AdamW over `params` (Adam with L2 weight decay when `decoupled` is false). Throws
   /// std::invalid_argument for amsgrad (not fused: use torch::optim::AdamW) or a
@@ -38,7 +40,7 @@ class FusedAdamW : public torch::optim::Optimizer {
 
   /// Tensors that receive each parameter's new value after every step (rounded to
   /// their dtype): one per parameter, in parameter-group order. Empty: none.
-  void set_model_copies(std::vector<torch::Tensor> copies);
+  void set_model_copies(std::vector<torch::Tensor> copies) override;
   /// Whether set_model_copies() gave copies.
   bool writes_model_copies() const { return !copies_.empty(); }
   /// Decoupled weight decay (AdamW) or L2 (Adam).

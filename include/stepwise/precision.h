@@ -47,6 +47,18 @@ struct GradientStats {
   bool overflow = false;
 };
 
+/// An optimizer that can also write each parameter's new value, rounded, into a copy
+/// (the half/bf16 model) in its update pass; FusedAdamW is one. Precision::attach hands
+/// it the model's parameters (see NOTE: [fused write-back]).
+class WritesModelCopies {
+ public:
+  /// Polymorphic base.
+  virtual ~WritesModelCopies() = default;
+  /// Tensors that receive each parameter's new value after every step (rounded to
+  /// their dtype): one per parameter, in parameter-group order. Empty: none.
+  virtual void set_model_copies(std::vector<torch::Tensor> copies) = 0;
+};
+
 /// The precision policy of an engine: one object, no precision branches in Engine.
 class Precision {
  public:
@@ -71,11 +83,15 @@ class Precision {
   /// Moves the model's gradients to the masters, multiplies them by factor / S,
   /// and computes the norm and the overflow flag with one host sync.
   GradientStats unscale_and_check(double factor);
-  /// Lets a FusedAdamW over optimizer_params() write the model's half/bf16 weights in
-  /// its update (see NOTE: [fused write-back]); other optimizers are left alone.
+  /// Throws ConfigError when `client_optimizer` (the user built the optimizer) in
+  /// fp16/bf16: the optimizer must update the fp32 masters, which only the engine holds.
+  void check_optimizer_source(bool client_optimizer) const;
+  /// Lets an optimizer over optimizer_params() that WritesModelCopies (a FusedAdamW)
+  /// write the model's half/bf16 weights in its update (see NOTE: [fused write-back]);
+  /// other optimizers are left alone.
   void attach(torch::optim::Optimizer& optimizer);
   /// Copies the masters back into the model's parameters (after an applied step); a
-  /// no-op when an attached FusedAdamW already did.
+  /// no-op when an attached optimizer already did.
   void copy_to_model();
   /// Sets every gradient (model and masters) to none.
   void zero_grads();

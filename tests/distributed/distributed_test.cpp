@@ -319,6 +319,12 @@ TEST_F(DataParallel, DifferentParameterShapesAcrossRanksAreReportedAtInitialize)
       << ranks[0].output;
 }
 
+// see NOTE: [construction order] in src/engine.cpp and the worker's broadcast-fp16.
+TEST_F(DataParallel, RankZerosWeightsReachEveryRankBeforeTheFp16Cast) {
+  auto ranks = run_ranks(2, {"broadcast-fp16"}, std::chrono::seconds(120));
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
+}
+
 struct Launched {
   int exit_code = -1;
   std::string output;

@@ -6,6 +6,7 @@
 //   worker train MBS GAS STEPS BUCKET OUT  trains; checks all-reduce counts; writes weights
 //   worker kill                          rank 1 dies at micro-step 3; rank 0 must fail
 //   worker mismatch-gas | mismatch-shape  the ranks disagree; initialize must throw
+//   worker broadcast-fp16                rank 1 starts elsewhere, fp16: its masters are rank 0's
 #include <stepwise/stepwise.h>
 
 #include <csignal>
@@ -151,6 +152,45 @@ int run_mismatch(bool shapes) {
   return 0;
 }
 
+// see NOTE: [construction order], observed from outside: Precision copies the fp32
+// masters from the model once, when it casts it, so rank 0's weights must reach every
+// rank before that. Broadcast after the cast, rank 1's masters (what the optimizer
+// updates) would stay its own weights while its model showed rank 0's.
+int run_broadcast_fp16() {
+  const int64_t rank =
+      stepwise::distributed::world_size_for_engine() > 1 ? stepwise::distributed::rank() : 0;
+  const auto rank0_weight = torch::tensor({{0.1f, -0.2f, 0.3f, 0.7f}});
+  const auto rank0_bias = torch::tensor({0.3f});
+  auto model = reference_linear();
+  {
+    torch::NoGradGuard no_grad;
+    model->weight.copy_(rank == 0 ? rank0_weight : torch::full({1, 4}, 7.0f));
+    model->bias.copy_(rank == 0 ? rank0_bias : torch::full({1}, -3.0f));
+  }
+  auto config =
+      stepwise::Config::from_json({{"train_micro_batch_size_per_gpu", 2},
+                                   {"steps_per_print", 1000000000},
+                                   {"fp16", {{"enabled", true}}},
+                                   {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.05}}}}}});
+  auto engine = stepwise::initialize(model, config);
+  const auto& masters = engine.precision().optimizer_params();
+  const std::string at = "rank " + std::to_string(rank) + ": ";
+  check(masters.size() == 2, at + "two master tensors");
+  if (masters.size() != 2) return 1;
+  check(masters[0].scalar_type() == torch::kFloat, at + "masters are fp32");
+  // The masters are copied from the half model (as DeepSpeed's fp16 optimizer does).
+  const auto rounded = [](const torch::Tensor& t) { return t.to(torch::kHalf).to(torch::kFloat); };
+  check(masters[0].equal(rounded(rank0_weight)), at + "master weight is rank 0's weight");
+  check(masters[1].equal(rounded(rank0_bias)), at + "master bias is rank 0's bias");
+  check(model->weight.scalar_type() == torch::kHalf, at + "model is half");
+  check(model->weight.equal(rank0_weight.to(torch::kHalf)),
+        at + "model weight is rank 0's, rounded");
+  check(model->bias.equal(rank0_bias.to(torch::kHalf)), at + "model bias is rank 0's, rounded");
+  std::cout << at << failures << " failures" << std::endl;
+  stepwise::distributed::shutdown();
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,6 +204,7 @@ int main(int argc, char** argv) {
     if (args.size() == 1 && args[0] == "kill") return run_kill();
     if (args.size() == 1 && args[0] == "mismatch-gas") return run_mismatch(false);
     if (args.size() == 1 && args[0] == "mismatch-shape") return run_mismatch(true);
+    if (args.size() == 1 && args[0] == "broadcast-fp16") return run_broadcast_fp16();
   } catch (const std::exception& e) {
     std::cout << "error: " << e.what() << std::endl;
     return 3;
