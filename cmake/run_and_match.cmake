@@ -1,0 +1,25 @@
+# Runs a program and passes only when it exits 0 AND its output matches PATTERN
+# (CTest's PASS_REGULAR_EXPRESSION alone ignores the exit code).
+#   cmake -DPATTERN=<regex> -P run_and_match.cmake -- PROGRAM [ARGS...]
+set(_command)
+set(_after_separator FALSE)
+math(EXPR _last "${CMAKE_ARGC} - 1")
+foreach(_i RANGE 0 ${_last})
+  if(_after_separator)
+    list(APPEND _command "${CMAKE_ARGV${_i}}")
+  elseif("${CMAKE_ARGV${_i}}" STREQUAL "--")
+    set(_after_separator TRUE)
+  endif()
+endforeach()
+if(NOT _command OR NOT DEFINED PATTERN)
+  message(FATAL_ERROR "usage: cmake -DPATTERN=<regex> -P run_and_match.cmake -- PROGRAM [ARGS...]")
+endif()
+execute_process(COMMAND ${_command} RESULT_VARIABLE _code OUTPUT_VARIABLE _out
+                ERROR_VARIABLE _out)
+message("${_out}")
+if(NOT _code STREQUAL "0")
+  message(FATAL_ERROR "${_command} exited with ${_code}")
+endif()
+if(NOT _out MATCHES "${PATTERN}")
+  message(FATAL_ERROR "the output does not match ${PATTERN}")
+endif()
