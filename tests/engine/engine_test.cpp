@@ -3,6 +3,12 @@
 #include <stepwise/engine.h>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <string>
 
 #include "support/reference_problem.h"
 
@@ -125,16 +131,46 @@ TEST(Engine, CountersAndBoundary) {
   }
 }
 
+// DeepSpeed's WarmupLR lr at each last_batch_iteration (lbi), from the reference table.
+std::map<int64_t, double> reference_warmup_lrs(const nlohmann::json& params) {
+  std::ifstream in(testing::data_path("deepspeed/lr_schedules.jsonl"));
+  std::map<int64_t, double> lrs;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    const auto row = nlohmann::json::parse(line);
+    if (row["type"] == "WarmupLR" && row["params"] == params) lrs[row["lbi"]] = row["lr"];
+  }
+  return lrs;
+}
+
+// The engine's lr after g optimizer steps is DeepSpeed's at lbi = g (docs/lr-schedules.md,
+// "Step mapping"), unchanged off the boundary.
 TEST(Engine, LrFollowsTheStepMapping) {
+  const nlohmann::json params = {{"warmup_min_lr", 0.001},
+                                 {"warmup_max_lr", 0.01},
+                                 {"warmup_num_steps", 8},
+                                 {"warmup_type", "linear"}};
+  const auto expected = reference_warmup_lrs(params);
+  ASSERT_EQ(expected.size(), 12u) << "lbi 0..11 in tests/data/deepspeed/lr_schedules.jsonl";
   auto model = reference_linear();
-  auto engine = initialize(model, Config::from_string(config_json(2, 2)));
-  const auto* schedule = dynamic_cast<const Schedule*>(engine.lr_scheduler());
-  EXPECT_DOUBLE_EQ(engine.get_lr()[0], schedule->lr_at(0)[0]);
-  for (int64_t t = 0; t < 8; ++t) {
+  auto engine = initialize(
+      model, Config::from_json({{"train_micro_batch_size_per_gpu", 2},
+                                {"gradient_accumulation_steps", 2},
+                                {"steps_per_print", 1000000},
+                                {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.05}}}}},
+                                {"scheduler", {{"type", "WarmupLR"}, {"params", params}}}}));
+  auto near = [](double actual, double reference) {
+    return std::fabs(actual - reference) <= 1e-12 * std::fabs(reference);
+  };
+  EXPECT_PRED2(near, engine.get_lr()[0], expected.at(0));
+  for (int64_t t = 0; t < 22; ++t) {  // 11 optimizer steps: lbi 1..11
     auto [x, y] = reference_samples(2 * t, 2);
     engine.backward(torch::mse_loss(model->forward(x), y));
     engine.step();
-    EXPECT_DOUBLE_EQ(engine.get_lr()[0], schedule->lr_at(engine.global_steps())[0]) << t;
+    EXPECT_EQ(engine.global_steps(), (t + 1) / 2);
+    EXPECT_PRED2(near, engine.get_lr()[0], expected.at(engine.global_steps()))
+        << "micro-step " << t;
   }
 }
 
