@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "support/error_of.h"
 #include "support/reference_problem.h"
 
 namespace stepwise {
@@ -198,22 +199,19 @@ TEST_F(DataParallel, SurvivorOfAKilledRankExitsWithinTheTimeoutNamingIt) {
       << ranks[0].output;
 }
 
-std::string error_of(const distributed::InitOptions& options) {
-  try {
-    distributed::Context context(options);
-  } catch (const distributed::DistributedError& e) {
-    return e.what();
-  }
-  return "no error";
+// The DistributedError that creating a context from `options` throws, or "no error".
+std::string init_error(const distributed::InitOptions& options) {
+  return testing::error_of<distributed::DistributedError>(
+      [&] { distributed::Context context(options); });
 }
 
 TEST_F(DataParallel, RankThatNeverArrivesIsNamedAfterTheRendezvousTimeout) {
   const auto start = Clock::now();
-  const std::string message = error_of(distributed::InitOptions()
-                                           .rank(0)
-                                           .world_size(2)
-                                           .master_port(free_port())
-                                           .timeout(std::chrono::milliseconds(1500)));
+  const std::string message = init_error(distributed::InitOptions()
+                                             .rank(0)
+                                             .world_size(2)
+                                             .master_port(free_port())
+                                             .timeout(std::chrono::milliseconds(1500)));
   EXPECT_NE(message.find("timed out after 1500 ms on rank 0 of 2: rank 1 never arrived; start "
                          "all WORLD_SIZE processes (tools/launch -n N does) or raise the timeout"),
             std::string::npos)
@@ -224,7 +222,7 @@ TEST_F(DataParallel, RankThatNeverArrivesIsNamedAfterTheRendezvousTimeout) {
 TEST_F(DataParallel, MissingRankZeroIsNamed) {
   const int port = free_port();
   const std::string message =
-      error_of(distributed::InitOptions().rank(1).world_size(2).master_port(port).timeout(
+      init_error(distributed::InitOptions().rank(1).world_size(2).master_port(port).timeout(
           std::chrono::milliseconds(1500)));
   EXPECT_NE(message.find("stepwise: rank 1 of 2 could not reach rank 0's rendezvous store at "
                          "127.0.0.1:" +
@@ -234,29 +232,48 @@ TEST_F(DataParallel, MissingRankZeroIsNamed) {
 }
 
 TEST(DistributedOptions, BadValuesAreNamedWithTheFix) {
-  EXPECT_EQ(error_of(distributed::InitOptions().rank(2).world_size(2)),
+  EXPECT_EQ(init_error(distributed::InitOptions().rank(2).world_size(2)),
             "rank 2 is out of range for world size 2; use a rank in 0..1 (RANK or "
             "InitOptions::rank)");
-  EXPECT_EQ(error_of(distributed::InitOptions().world_size(0)),
+  EXPECT_EQ(init_error(distributed::InitOptions().world_size(0)),
             "world size must be >= 1, got 0 (from WORLD_SIZE or InitOptions::world_size)");
-  EXPECT_EQ(error_of(distributed::InitOptions().world_size(1).master_port(70000)),
+  EXPECT_EQ(init_error(distributed::InitOptions().world_size(1).master_port(70000)),
             "master port 70000 is not a TCP port; use 1..65535 (MASTER_PORT or "
             "InitOptions::master_port)");
   ::setenv("WORLD_SIZE", "two", 1);
-  EXPECT_EQ(error_of(distributed::InitOptions()),
+  EXPECT_EQ(init_error(distributed::InitOptions()),
             "environment variable WORLD_SIZE=\"two\" is not an integer; unset it or start the "
             "program with tools/launch -n N, which sets RANK, WORLD_SIZE, LOCAL_RANK, "
             "MASTER_ADDR and MASTER_PORT");
   ::unsetenv("WORLD_SIZE");
 }
 
-TEST(DistributedOptions, NcclWithoutCudaSaysSo) {
-  if (torch::cuda::is_available()) GTEST_SKIP() << "CUDA LibTorch: the NCCL path is real here";
-  const std::string message =
-      error_of(distributed::InitOptions().world_size(1).backend(distributed::Backend::kNccl));
-  EXPECT_NE(message.find("the NCCL backend was requested, but stepwise was built without CUDA"),
-            std::string::npos)
-      << message;
+// Without NCCL compiled in (STEPWISE_HAS_NCCL, from CMake): the message says why. With it:
+// a world of one on NCCL all-reduces a CUDA tensor (skipped, saying so, without a GPU).
+TEST(DistributedOptions, NcclBackendRunsOrSaysWhyNot) {
+  const auto options =
+      distributed::InitOptions().world_size(1).rank(0).backend(distributed::Backend::kNccl);
+  if (!STEPWISE_TEST_HAS_NCCL) {
+    const std::string message = init_error(options);
+    EXPECT_EQ(message.rfind("the NCCL backend was requested, but stepwise was built without ", 0),
+              0u)
+        << message;
+    EXPECT_NE(message.find("; use Backend::kGloo, or rebuild with NCCL"), std::string::npos)
+        << message;
+    const bool why =
+        message.find("built without CUDA (no CUDA-enabled LibTorch") != std::string::npos ||
+        message.find("built without NCCL (nccl.h was not found") != std::string::npos;
+    EXPECT_TRUE(why) << message;
+    return;
+  }
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "NCCL is compiled in, but there is no GPU";
+  ::unsetenv("WORLD_SIZE");
+  auto context = distributed::init(options);
+  EXPECT_EQ(context->backend_name(), "nccl");
+  auto t = torch::ones({3}, torch::kCUDA);
+  context->all_reduce_sum(t, "a test tensor");
+  EXPECT_TRUE(t.cpu().equal(torch::ones({3})));
+  distributed::shutdown();
 }
 
 TEST(DistributedOptions, WorldOfOneIsANoOpAndInitTwiceIsAnError) {

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/error_of.h"
+
 #include <limits>
 
 namespace stepwise {
@@ -175,14 +177,7 @@ TEST(FusedAdamW, SaveAndLoadRoundTripTheState) {
 
 // --- Argument checks ----------------------------------------------------------------
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST(Fused, ErrorsNameTheBadArgumentAndTheFix) {
   auto p = std::vector<torch::Tensor>{torch::zeros({3}), torch::zeros({4})};
@@ -314,36 +309,49 @@ TEST_F(FusedCuda, NormAndUnscaleMatchTheCpuBackend) {
   }
 }
 
-TEST_F(FusedCuda, AdamWMatchesTheCpuBackendForEveryGradientType) {
+TEST_F(FusedCuda, AdamWMatchesTheCpuBackendForEveryGradientTypeOverSeveralSteps) {
   for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
     for (bool decoupled : {true, false}) {
       auto params = random_list(torch::kFloat, torch::kCPU, 10);
-      auto grads = random_list(dtype, torch::kCPU, 11);
-      F::AdamWTensors cpu{params, grads, {}, {}, {}};
+      F::AdamWTensors cpu{params, {}, {}, {}, {}};
       for (const auto& p : params) {
         cpu.exp_avg.push_back(torch::rand_like(p));
         cpu.exp_avg_sq.push_back(torch::rand_like(p));
         cpu.model_copies.push_back(torch::zeros_like(p, dtype));
       }
-      F::AdamWTensors gpu{to_cuda(cpu.params), to_cuda(cpu.grads), to_cuda(cpu.exp_avg),
-                          to_cuda(cpu.exp_avg_sq), to_cuda(cpu.model_copies)};
-      const auto hyper =
-          F::AdamWStep().lr(1e-2).weight_decay(0.05).decoupled(decoupled).step(3).grad_scale(0.125);
-      F::adamw_step(cpu, hyper);
-      F::adamw_step(gpu, hyper, torch::zeros({}, torch::kCUDA));
-      for (size_t i = 0; i < params.size(); ++i) {
-        // Same fp32 formula; the kernel may contract to FMAs: abs 1e-6 + rel 1e-5.
-        EXPECT_TRUE(torch::allclose(gpu.params[i].cpu(), cpu.params[i], 1e-5, 1e-6)) << i;
-        EXPECT_TRUE(torch::allclose(gpu.exp_avg_sq[i].cpu(), cpu.exp_avg_sq[i], 1e-5, 1e-7));
-        // The copy is the rounded fp32 result: at most one ulp of the copy's type apart.
-        EXPECT_TRUE(torch::allclose(gpu.model_copies[i].cpu().to(torch::kFloat),
-                                    cpu.model_copies[i].to(torch::kFloat), 1e-2, 1e-3))
-            << dtype << " copy " << i;
+      F::AdamWTensors gpu{to_cuda(cpu.params),
+                          {},
+                          to_cuda(cpu.exp_avg),
+                          to_cuda(cpu.exp_avg_sq),
+                          to_cuda(cpu.model_copies)};
+      for (int64_t step = 1; step <= 5; ++step) {
+        cpu.grads = random_list(dtype, torch::kCPU, 10 + step);  // new gradients each step
+        gpu.grads = to_cuda(cpu.grads);
+        const auto hyper =
+            F::AdamWStep().lr(1e-2).weight_decay(0.05).decoupled(decoupled).step(step).grad_scale(
+                0.125);
+        F::adamw_step(cpu, hyper);
+        F::adamw_step(gpu, hyper, torch::zeros({}, torch::kCUDA));
+        for (size_t i = 0; i < params.size(); ++i) {
+          const auto at = c10::str(dtype, " decoupled ", decoupled, " step ", step, " tensor ", i);
+          // Same fp32 formula; the kernel may contract to FMAs: abs 1e-6 + rel 1e-5.
+          EXPECT_TRUE(torch::allclose(gpu.params[i].cpu(), cpu.params[i], 1e-5, 1e-6)) << at;
+          EXPECT_TRUE(torch::allclose(gpu.exp_avg[i].cpu(), cpu.exp_avg[i], 1e-5, 1e-7)) << at;
+          EXPECT_TRUE(torch::allclose(gpu.exp_avg_sq[i].cpu(), cpu.exp_avg_sq[i], 1e-5, 1e-7))
+              << at;
+          // The copy is the rounded fp32 result: at most one ulp of the copy's type apart.
+          EXPECT_TRUE(torch::allclose(gpu.model_copies[i].cpu().to(torch::kFloat),
+                                      cpu.model_copies[i].to(torch::kFloat), 1e-2, 1e-3))
+              << at << " copy";
+        }
       }
       const auto before = clones(gpu.params);
+      const auto exp_avg_before = clones(gpu.exp_avg);
+      const auto hyper = F::AdamWStep().lr(1e-2).decoupled(decoupled).step(6);
       F::adamw_step(gpu, hyper, torch::ones({}, torch::kCUDA));
       for (size_t i = 0; i < params.size(); ++i) {
         EXPECT_TRUE(torch::equal(gpu.params[i], before[i])) << "skipped on the device";
+        EXPECT_TRUE(torch::equal(gpu.exp_avg[i], exp_avg_before[i])) << "moments untouched";
       }
     }
   }
