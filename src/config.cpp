@@ -1,11 +1,15 @@
 #include <stepwise/config.h>
 #include <stepwise/errors.h>
 
+#include <stepwise/loss_scaler.h>
+#include <stepwise/optimizers.h>
+
 #include "json_reader.h"
-#include "schedule_checks.h"
+#include "option_checks.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -54,162 +58,114 @@ const std::vector<std::string>& unsupported_deepspeed_keys() {
   return keys;
 }
 
-void check_positive(int64_t value, const std::string& path) {
-  STEPWISE_CHECK(value > 0, ConfigError, path, " must be a positive integer, got ", value);
+// Runs `check` (an options validator) and rethrows its error about one option with
+// that option's JSON path in place of its name. see NOTE: [option errors]
+template <class Check, class PathOf>
+void at_path(Check&& check, PathOf&& path_of) {
+  try {
+    check();
+  } catch (const ConfigError& e) {
+    if (e.option().empty()) throw;
+    throw ConfigError(path_of(e.option()), e.problem());
+  }
 }
 
-void check_non_negative(double value, const std::string& path) {
-  STEPWISE_CHECK(value >= 0.0, ConfigError, path, " must be >= 0, got ", value);
-}
-
-OptimizerConfig parse_optimizer(const nlohmann::json& json) {
-  ObjectReader r(json, "optimizer");
+OptimizerConfig parse_optimizer(ObjectReader r) {
   OptimizerConfig out;
-  STEPWISE_CHECK(r.get("type", out.type), ConfigError,
-                 "optimizer.type is missing; use one of: Adam, AdamW, SGD");
-  const bool adam = out.type == "Adam" || out.type == "AdamW";
-  STEPWISE_CHECK(adam || out.type == "SGD", ConfigError, "optimizer.type \"", out.type,
-                 "\" is not supported; use one of: Adam, AdamW, SGD (names are case-sensitive)");
-  std::vector<std::string> valid = {"lr", "weight_decay"};
-  if (r.has("params")) {
-    ObjectReader p(r.raw("params"), "optimizer.params");
-    p.get("lr", out.lr);
-    p.get("weight_decay", out.weight_decay);
-    if (adam) {
-      valid.insert(valid.end(), {"betas", "eps", "adam_w_mode", "amsgrad", "torch_adam"});
-      p.get("betas", out.betas);
-      p.get("eps", out.eps);
-      p.get("adam_w_mode", out.adam_w_mode);
-      p.get("amsgrad", out.amsgrad);
-      if (p.has("torch_adam")) {
-        bool torch_adam = true;
-        p.get("torch_adam", torch_adam);
-        out.torch_adam = torch_adam;
-      }
-    } else {
-      valid.insert(valid.end(), {"momentum", "dampening", "nesterov"});
-      p.get("momentum", out.momentum);
-      p.get("dampening", out.dampening);
-      p.get("nesterov", out.nesterov);
-    }
-    p.finish(valid);
+  r.require("type", out.type,
+            "optimizer.type is missing; use one of: " + join(supported_optimizer_types()));
+  auto p = r.object_or_empty("params");
+  p.get("lr", out.lr);
+  p.get("weight_decay", out.weight_decay);
+  if (out.type == "SGD") {
+    p.get("momentum", out.momentum);
+    p.get("dampening", out.dampening);
+    p.get("nesterov", out.nesterov);
+  } else {  // Adam, AdamW (an unknown type is named by validate() below)
+    p.get("betas", out.betas);
+    p.get("eps", out.eps);
+    p.get("adam_w_mode", out.adam_w_mode);
+    p.get("amsgrad", out.amsgrad);
+    p.get("torch_adam", out.torch_adam);
   }
-  r.finish({"type", "params"});
-  STEPWISE_CHECK(out.lr >= 0.0, ConfigError, "optimizer.params.lr must be >= 0, got ", out.lr);
-  check_non_negative(out.weight_decay, "optimizer.params.weight_decay");
-  check_non_negative(out.momentum, "optimizer.params.momentum");
-  STEPWISE_CHECK(out.eps > 0.0, ConfigError, "optimizer.params.eps must be > 0, got ", out.eps);
-  for (double beta : out.betas) {
-    STEPWISE_CHECK(beta >= 0.0 && beta < 1.0, ConfigError,
-                   "optimizer.params.betas must be two numbers in [0, 1), got [", out.betas[0],
-                   ", ", out.betas[1], "]");
-  }
-  STEPWISE_CHECK(!out.nesterov || (out.momentum > 0.0 && out.dampening == 0.0), ConfigError,
-                 "optimizer.params.nesterov needs momentum > 0 and dampening 0, got momentum ",
-                 out.momentum, " and dampening ", out.dampening);
-  STEPWISE_CHECK(!(out.amsgrad && out.torch_adam == false), ConfigError,
-                 "optimizer.params.amsgrad is true but torch_adam is false: the fused Adam has no "
-                 "AMSGrad; set \"torch_adam\": true (or drop amsgrad)");
+  r.finish();
+  at_path([&] { validate(out); },
+          [](const std::string& option) {
+            return option == "type" ? "optimizer.type" : "optimizer.params." + option;
+          });
+  p.finish();
   return out;
 }
 
-void get_warmup_type(ObjectReader& p, WarmupType& out) {
-  std::string text;
+void read_warmup_type(ObjectReader& p, WarmupType& out) {
+  std::string text = to_string(out);
   if (p.get("warmup_type", text)) {
     out = parse_warmup_type(text, p.path_of("warmup_type"));
   }
 }
 
-SchedulerConfig parse_scheduler(const nlohmann::json& json) {
-  ObjectReader r(json, "scheduler");
-  SchedulerConfig out;
-  STEPWISE_CHECK(r.get("type", out.type), ConfigError,
-                 "scheduler.type is missing; use one of: WarmupLR, WarmupDecayLR, "
-                 "WarmupCosineLR, OneCycle, LRRangeTest");
-  static const nlohmann::json kEmpty = nlohmann::json::object();
-  ObjectReader p(r.has("params") ? r.raw("params") : kEmpty, "scheduler.params");
-  const std::string path = "scheduler.params";
-  if (out.type == "WarmupLR" || out.type == "WarmupDecayLR") {
-    WarmupDecayLROptions o;
-    p.get("warmup_min_lr", o.warmup_min_lr());
-    p.get("warmup_max_lr", o.warmup_max_lr());
-    p.get("warmup_num_steps", o.warmup_num_steps());
-    get_warmup_type(p, o.warmup_type());
-    detail::check_warmup_steps(o.warmup_num_steps(), o.warmup_type(), path + ".");
-    if (out.type == "WarmupLR") {
-      p.finish({"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type"});
-      out.params = WarmupLROptions()
-                       .warmup_min_lr(o.warmup_min_lr())
-                       .warmup_max_lr(o.warmup_max_lr())
-                       .warmup_num_steps(o.warmup_num_steps())
-                       .warmup_type(o.warmup_type());
-    } else {
-      STEPWISE_CHECK(p.get("total_num_steps", o.total_num_steps()), ConfigError,
-                     "scheduler.params.total_num_steps is required for WarmupDecayLR");
-      p.finish(
-          {"total_num_steps", "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type"});
-      detail::check_total_steps(o.total_num_steps(), o.warmup_num_steps(), path + ".");
-      out.params = o;
-    }
-  } else if (out.type == "WarmupCosineLR") {
-    WarmupCosineLROptions o;
-    STEPWISE_CHECK(p.get("total_num_steps", o.total_num_steps()), ConfigError,
-                   "scheduler.params.total_num_steps is required for WarmupCosineLR");
-    p.get("warmup_min_ratio", o.warmup_min_ratio());
-    p.get("warmup_num_steps", o.warmup_num_steps());
-    p.get("cos_min_ratio", o.cos_min_ratio());
-    get_warmup_type(p, o.warmup_type());
-    p.finish({"total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio",
-              "warmup_type"});
-    detail::check_warmup_steps(o.warmup_num_steps(), o.warmup_type(), path + ".");
-    detail::check_total_steps(o.total_num_steps(), o.warmup_num_steps(), path + ".");
-    check_non_negative(o.warmup_min_ratio(), path + ".warmup_min_ratio");
-    check_non_negative(o.cos_min_ratio(), path + ".cos_min_ratio");
-    out.params = o;
-  } else if (out.type == "OneCycle") {
-    OneCycleOptions o;
-    STEPWISE_CHECK(
-        p.get("cycle_min_lr", o.cycle_min_lr()) && p.get("cycle_max_lr", o.cycle_max_lr()),
-        ConfigError,
-        "scheduler.params.cycle_min_lr and scheduler.params.cycle_max_lr are "
-        "required for OneCycle");
-    p.get("decay_lr_rate", o.decay_lr_rate());
-    p.get("cycle_first_step_size", o.cycle_first_step_size());
-    p.get("cycle_second_step_size", o.cycle_second_step_size());
-    p.get("decay_step_size", o.decay_step_size());
-    p.get("cycle_momentum", o.cycle_momentum());
-    p.get("cycle_min_mom", o.cycle_min_mom());
-    p.get("cycle_max_mom", o.cycle_max_mom());
-    p.get("decay_mom_rate", o.decay_mom_rate());
-    p.finish({"cycle_min_lr", "cycle_max_lr", "decay_lr_rate", "cycle_first_step_size",
-              "cycle_second_step_size", "decay_step_size", "cycle_momentum", "cycle_min_mom",
-              "cycle_max_mom", "decay_mom_rate"});
-    check_positive(o.cycle_first_step_size(), path + ".cycle_first_step_size");
-    STEPWISE_CHECK(o.decay_step_size() >= 0, ConfigError, path,
-                   ".decay_step_size must be >= 0 (0 = no decay), got ", o.decay_step_size());
-    check_non_negative(o.cycle_min_lr(), path + ".cycle_min_lr");
-    out.params = o;
-  } else if (out.type == "LRRangeTest") {
-    LRRangeTestOptions o;
-    p.get("lr_range_test_min_lr", o.lr_range_test_min_lr());
-    p.get("lr_range_test_step_size", o.lr_range_test_step_size());
-    p.get("lr_range_test_step_rate", o.lr_range_test_step_rate());
-    p.get("lr_range_test_staircase", o.lr_range_test_staircase());
-    p.finish({"lr_range_test_min_lr", "lr_range_test_step_size", "lr_range_test_step_rate",
-              "lr_range_test_staircase"});
-    check_positive(o.lr_range_test_step_size(), path + ".lr_range_test_step_size");
-    out.params = o;
-  } else {
-    throw ConfigError(c10::str("scheduler.type \"", out.type,
-                               "\" is not supported; use one of: WarmupLR, WarmupDecayLR, "
-                               "WarmupCosineLR, OneCycle, LRRangeTest"));
-  }
-  r.finish({"type", "params"});
+// One schedule's params. Required keys are read last, so every key is asked
+// for (and recorded: NOTE: [one source per key]) before a missing one throws.
+void read_params(ObjectReader& p, WarmupLROptions& o) {
+  p.get("warmup_min_lr", o.warmup_min_lr());
+  p.get("warmup_max_lr", o.warmup_max_lr());
+  p.get("warmup_num_steps", o.warmup_num_steps());
+  read_warmup_type(p, o.warmup_type());
+}
+
+void read_params(ObjectReader& p, WarmupDecayLROptions& o) {
+  read_params(p, o.warmup());
+  p.require("total_num_steps", o.total_num_steps(),
+            "scheduler.params.total_num_steps is required for WarmupDecayLR");
+}
+
+void read_params(ObjectReader& p, WarmupCosineLROptions& o) {
+  p.get("warmup_min_ratio", o.warmup_min_ratio());
+  p.get("warmup_num_steps", o.warmup_num_steps());
+  p.get("cos_min_ratio", o.cos_min_ratio());
+  read_warmup_type(p, o.warmup_type());
+  p.require("total_num_steps", o.total_num_steps(),
+            "scheduler.params.total_num_steps is required for WarmupCosineLR");
+}
+
+void read_params(ObjectReader& p, OneCycleOptions& o) {
+  p.get("decay_lr_rate", o.decay_lr_rate());
+  p.get("cycle_first_step_size", o.cycle_first_step_size());
+  p.get("cycle_second_step_size", o.cycle_second_step_size());
+  p.get("decay_step_size", o.decay_step_size());
+  p.get("cycle_momentum", o.cycle_momentum());
+  p.get("cycle_min_mom", o.cycle_min_mom());
+  p.get("cycle_max_mom", o.cycle_max_mom());
+  p.get("decay_mom_rate", o.decay_mom_rate());
+  const bool min_given = p.get_required("cycle_min_lr", o.cycle_min_lr());
+  const bool max_given = p.get_required("cycle_max_lr", o.cycle_max_lr());
+  STEPWISE_CHECK(min_given && max_given, ConfigError,
+                 "scheduler.params.cycle_min_lr and scheduler.params.cycle_max_lr are "
+                 "required for OneCycle");
+}
+
+void read_params(ObjectReader& p, LRRangeTestOptions& o) {
+  p.get("lr_range_test_min_lr", o.lr_range_test_min_lr());
+  p.get("lr_range_test_step_size", o.lr_range_test_step_size());
+  p.get("lr_range_test_step_rate", o.lr_range_test_step_rate());
+  p.get("lr_range_test_staircase", o.lr_range_test_staircase());
+}
+
+SchedulerConfig parse_scheduler(ObjectReader r) {
+  std::string type;
+  r.require("type", type,
+            "scheduler.type is missing; use one of: " + join(supported_scheduler_types()));
+  SchedulerConfig out{default_schedule_options(type, "scheduler.type")};
+  auto p = r.object_or_empty("params");
+  std::visit([&](auto& options) { read_params(p, options); }, out.params);
+  r.finish();
+  p.finish();
+  at_path([&] { validate(out.params); },
+          [](const std::string& option) { return "scheduler.params." + option; });
   return out;
 }
 
-Fp16Config parse_fp16(const nlohmann::json& json) {
-  ObjectReader r(json, "fp16");
+Fp16Config parse_fp16(ObjectReader r) {
   Fp16Config out;
   r.get("enabled", out.enabled);
   r.get("loss_scale", out.loss_scale);
@@ -218,88 +174,116 @@ Fp16Config parse_fp16(const nlohmann::json& json) {
   r.get("hysteresis", out.hysteresis);
   r.get("consecutive_hysteresis", out.consecutive_hysteresis);
   r.get("min_loss_scale", out.min_loss_scale);
-  r.finish({"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
-            "consecutive_hysteresis", "min_loss_scale"});
-  check_non_negative(out.loss_scale, "fp16.loss_scale");
+  r.finish();
+  detail::check_in_range("fp16.loss_scale", out.loss_scale, 0.0, detail::kFloatMax);
   STEPWISE_CHECK(out.initial_scale_power >= 0 && out.initial_scale_power <= 64, ConfigError,
                  "fp16.initial_scale_power must be in 0..64, got ", out.initial_scale_power);
-  check_positive(out.loss_scale_window, "fp16.loss_scale_window");
-  check_positive(out.hysteresis, "fp16.hysteresis");
-  STEPWISE_CHECK(out.min_loss_scale > 0.0, ConfigError, "fp16.min_loss_scale must be > 0, got ",
-                 out.min_loss_scale);
-  const double initial = std::ldexp(1.0, static_cast<int>(out.initial_scale_power));
-  STEPWISE_CHECK(out.loss_scale > 0.0 || out.min_loss_scale <= initial, ConfigError,
-                 "fp16.min_loss_scale (", out.min_loss_scale,
-                 ") must not exceed the initial scale 2^fp16.initial_scale_power (", initial, ")");
+  // The scaler's own checks, named by the keys its options come from.
+  at_path([&] { LossScaler::from_config(out); },
+          [&](const std::string& option) -> std::string {
+            if (option == "scale_window") return "fp16.loss_scale_window";
+            if (option == "min_scale") return "fp16.min_loss_scale";
+            if (option == "init_scale") {
+              return out.loss_scale > 0.0 ? "fp16.loss_scale" : "fp16.initial_scale_power";
+            }
+            return "fp16." + option;  // hysteresis
+          });
   return out;
 }
 
-void parse_zero(const nlohmann::json& json, Config& out) {
-  ObjectReader r(json, "zero_optimization");
+void parse_zero(ObjectReader r, Config& out) {
   r.get("stage", out.zero_stage);
+  r.finish();
   STEPWISE_CHECK(out.zero_stage == 0, ConfigError, "zero_optimization.stage ", out.zero_stage,
                  " is not supported (ZeRO is not implemented); use stage 0 or remove the "
                  "zero_optimization section");
-  r.finish({"stage"});
+}
+
+void parse_stepwise(ObjectReader r, StepwiseOptions& out) {
+  r.get("strict_cadence", out.strict_cadence);
+  r.get("scale_wrt_gas", out.scale_wrt_gas);
+  r.get("reduce_bucket_size", out.reduce_bucket_size);
+  r.finish();
+  detail::check_positive("stepwise.reduce_bucket_size", out.reduce_bucket_size);
 }
 
 }  // namespace
 
-const std::vector<std::string>& supported_top_level_keys() {
-  static const std::vector<std::string> keys = {"train_batch_size",
-                                                "train_micro_batch_size_per_gpu",
-                                                "gradient_accumulation_steps",
-                                                "gradient_clipping",
-                                                "steps_per_print",
-                                                "wall_clock_breakdown",
-                                                "optimizer",
-                                                "scheduler",
-                                                "fp16",
-                                                "bf16",
-                                                "zero_optimization",
-                                                "stepwise"};
-  return keys;
-}
+std::string SchedulerConfig::type() const { return supported_scheduler_types().at(params.index()); }
 
 Config Config::from_json(const nlohmann::json& json) {
   ObjectReader r(json, "");
   for (const auto& key : unsupported_deepspeed_keys()) {
-    STEPWISE_CHECK(!r.has(key), ConfigError, "\"", key,
+    STEPWISE_CHECK(!json.contains(key), ConfigError, "\"", key,
                    "\" is a DeepSpeed feature stepwise does not support; remove the key (its "
                    "value was ",
                    show(json.at(key)), ")");
   }
   Config out;
-  int64_t value = 0;
-  if (r.get("train_batch_size", value)) out.train_batch_size = value;
-  if (r.get("train_micro_batch_size_per_gpu", value)) out.train_micro_batch_size_per_gpu = value;
-  if (r.get("gradient_accumulation_steps", value)) out.gradient_accumulation_steps = value;
+  r.get("train_batch_size", out.train_batch_size);
+  r.get("train_micro_batch_size_per_gpu", out.train_micro_batch_size_per_gpu);
+  r.get("gradient_accumulation_steps", out.gradient_accumulation_steps);
   r.get("gradient_clipping", out.gradient_clipping);
-  check_non_negative(out.gradient_clipping, "gradient_clipping");
+  detail::check_in_range("gradient_clipping", out.gradient_clipping, 0.0, detail::kFloatMax);
   r.get("steps_per_print", out.steps_per_print);
-  check_positive(out.steps_per_print, "steps_per_print");
+  detail::check_positive("steps_per_print", out.steps_per_print);
   r.get("wall_clock_breakdown", out.wall_clock_breakdown);
-  if (r.has("optimizer")) out.optimizer = parse_optimizer(r.raw("optimizer"));
-  if (r.has("scheduler")) out.scheduler = parse_scheduler(r.raw("scheduler"));
-  if (r.has("fp16")) out.fp16 = parse_fp16(r.raw("fp16"));
-  if (r.has("bf16")) {
-    ObjectReader b(r.raw("bf16"), "bf16");
-    b.get("enabled", out.bf16.enabled);
-    b.finish({"enabled"});
+  if (auto o = r.object("optimizer")) out.optimizer = parse_optimizer(*o);
+  if (auto o = r.object("scheduler")) out.scheduler = parse_scheduler(*o);
+  if (auto o = r.object("fp16")) out.fp16 = parse_fp16(*o);
+  if (auto o = r.object("bf16")) {
+    o->get("enabled", out.bf16.enabled);
+    o->finish();
   }
   STEPWISE_CHECK(!(out.fp16.enabled && out.bf16.enabled), ConfigError,
                  "fp16.enabled and bf16.enabled are both true; enable at most one");
-  if (r.has("zero_optimization")) parse_zero(r.raw("zero_optimization"), out);
-  if (r.has("stepwise")) {
-    ObjectReader s(r.raw("stepwise"), "stepwise");
-    s.get("strict_cadence", out.stepwise.strict_cadence);
-    s.get("scale_wrt_gas", out.stepwise.scale_wrt_gas);
-    s.get("reduce_bucket_size", out.stepwise.reduce_bucket_size);
-    check_positive(out.stepwise.reduce_bucket_size, "stepwise.reduce_bucket_size");
-    s.finish({"strict_cadence", "scale_wrt_gas", "reduce_bucket_size"});
-  }
-  r.finish(supported_top_level_keys());
+  if (auto o = r.object("zero_optimization")) parse_zero(*o, out);
+  if (auto o = r.object("stepwise")) parse_stepwise(*o, out.stepwise);
+  r.finish();
   return out;
+}
+
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> keys = [] {
+    // One probe reads every section; one per optimizer and scheduler type reads
+    // that type's params. A type with required params throws after reading the
+    // others (read_params), which is all the recording needs.
+    std::vector<nlohmann::json> probes = {{{"optimizer", {{"type", "SGD"}}},
+                                           {"fp16", nlohmann::json::object()},
+                                           {"bf16", nlohmann::json::object()},
+                                           {"zero_optimization", nlohmann::json::object()},
+                                           {"stepwise", nlohmann::json::object()}}};
+    for (const auto& type : supported_optimizer_types()) {
+      probes.push_back({{"optimizer", {{"type", type}}}});
+    }
+    for (const auto& type : supported_scheduler_types()) {
+      probes.push_back({{"scheduler", {{"type", type}}}});
+    }
+    std::vector<ConfigKey> recorded;
+    {
+      detail::KeyRecording recording(recorded);
+      for (const auto& probe : probes) {
+        try {
+          Config::from_json(probe);
+        } catch (const ConfigError&) {
+        }
+      }
+    }
+    std::vector<ConfigKey> unique;
+    for (const auto& key : recorded) {
+      auto same = std::find_if(unique.begin(), unique.end(),
+                               [&](const ConfigKey& k) { return k.path == key.path; });
+      if (same == unique.end()) {
+        unique.push_back(key);
+        continue;
+      }
+      TORCH_INTERNAL_ASSERT(same->type == key.type && same->default_value == key.default_value,
+                            "config key ", key.path, " is read as ", same->type, " = ",
+                            same->default_value, " and as ", key.type, " = ", key.default_value);
+    }
+    return unique;
+  }();
+  return keys;
 }
 
 Config Config::from_string(const std::string& json_text) {
@@ -336,6 +320,15 @@ BatchSizes Config::resolve_batch_sizes(int64_t world_size) const {
   STEPWISE_CHECK(train_batch_size || train_micro_batch_size_per_gpu, ConfigError,
                  "neither train_batch_size nor train_micro_batch_size_per_gpu is set; set at "
                  "least one of them");
+  // Each product of given sizes must fit an int64 (a fuzzed config once overflowed here).
+  auto times = [](int64_t a, int64_t b) {
+    int64_t product = 0;
+    STEPWISE_CHECK(!__builtin_mul_overflow(a, b, &product), ConfigError,
+                   "batch sizes too large: ", a, " * ", b,
+                   " overflows a 64-bit integer; check train_batch_size, "
+                   "train_micro_batch_size_per_gpu and gradient_accumulation_steps");
+    return product;
+  };
   BatchSizes out;
   out.world_size = world_size;
   const int64_t w = world_size;
@@ -343,21 +336,21 @@ BatchSizes Config::resolve_batch_sizes(int64_t world_size) const {
     out = {*train_batch_size, *train_micro_batch_size_per_gpu, *gradient_accumulation_steps, w};
   } else if (train_batch_size && train_micro_batch_size_per_gpu) {
     out = {*train_batch_size, *train_micro_batch_size_per_gpu,
-           *train_batch_size / (*train_micro_batch_size_per_gpu * w), w};
+           *train_batch_size / times(*train_micro_batch_size_per_gpu, w), w};
   } else if (train_batch_size && gradient_accumulation_steps) {
-    out = {*train_batch_size, *train_batch_size / (w * *gradient_accumulation_steps),
+    out = {*train_batch_size, *train_batch_size / times(w, *gradient_accumulation_steps),
            *gradient_accumulation_steps, w};
   } else if (train_micro_batch_size_per_gpu && gradient_accumulation_steps) {
-    out = {*train_micro_batch_size_per_gpu * *gradient_accumulation_steps * w,
+    out = {times(times(*train_micro_batch_size_per_gpu, *gradient_accumulation_steps), w),
            *train_micro_batch_size_per_gpu, *gradient_accumulation_steps, w};
   } else if (train_batch_size) {
     out = {*train_batch_size, *train_batch_size / w, 1, w};
   } else {
-    out = {*train_micro_batch_size_per_gpu * w, *train_micro_batch_size_per_gpu, 1, w};
+    out = {times(*train_micro_batch_size_per_gpu, w), *train_micro_batch_size_per_gpu, 1, w};
   }
   const bool consistent =
       out.micro_batch > 0 && out.gradient_accumulation_steps > 0 &&
-      out.train_batch_size == out.micro_batch * out.gradient_accumulation_steps * w;
+      out.train_batch_size == times(times(out.micro_batch, out.gradient_accumulation_steps), w);
   STEPWISE_CHECK(
       consistent, ConfigError, "inconsistent batch sizes: train_batch_size (", out.train_batch_size,
       ") must equal train_micro_batch_size_per_gpu (", out.micro_batch,

@@ -79,12 +79,12 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
   precision_->attach(*optimizer_);
   STEPWISE_CHECK(!(client_scheduler && config_.scheduler), ConfigError,
                  "both a client LR scheduler and a \"scheduler\" config section (type \"",
-                 config_.scheduler ? config_.scheduler->type : "",
+                 config_.scheduler ? config_.scheduler->type() : "",
                  "\") were given; stepwise refuses to guess which wins: remove one of them");
   if (client_scheduler) {
     scheduler_ = std::move(client_scheduler);
   } else if (config_.scheduler) {
-    scheduler_ = make_scheduler(*config_.scheduler, *optimizer_);
+    scheduler_ = make_scheduler(config_.scheduler->params, *optimizer_);
   }
   if (scheduler_) scheduler_steps_at_start_ = scheduler_step_count(*scheduler_);
 }

@@ -1,5 +1,6 @@
 #include "json_reader.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace stepwise::detail {
@@ -16,87 +17,141 @@ std::string show(const nlohmann::json& value) {
   return text;
 }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) {
-    out += (out.empty() ? "" : ", ") + item;
-  }
-  return out;
+namespace {
+
+thread_local std::vector<ConfigKey>* recording = nullptr;
+
+// Type-checked conversions of one value; `path` names it in the error.
+void convert(const nlohmann::json& v, bool& out, const std::string& path) {
+  STEPWISE_CHECK(v.is_boolean(), ConfigError, path, " must be true or false, got ", v.type_name(),
+                 " ", show(v));
+  out = v.get<bool>();
 }
 
-namespace {
-const char* type_name(const nlohmann::json& v) { return v.type_name(); }
+void convert(const nlohmann::json& v, int64_t& out, const std::string& path) {
+  const bool integral =
+      v.is_number_integer() ||
+      (v.is_number_float() && std::isfinite(v.get<double>()) &&
+       std::floor(v.get<double>()) == v.get<double>() && std::fabs(v.get<double>()) < 9.0e15);
+  STEPWISE_CHECK(integral, ConfigError, path, " must be an integer, got ", v.type_name(), " ",
+                 show(v));
+  out = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
+}
+
+void convert(const nlohmann::json& v, double& out, const std::string& path) {
+  STEPWISE_CHECK(v.is_number(), ConfigError, path, " must be a number, got ", v.type_name(), " ",
+                 show(v));
+  out = v.get<double>();
+  STEPWISE_CHECK(std::isfinite(out), ConfigError, path, " must be finite, got ", out);
+}
+
+void convert(const nlohmann::json& v, std::string& out, const std::string& path) {
+  STEPWISE_CHECK(v.is_string(), ConfigError, path, " must be a string, got ", v.type_name(), " ",
+                 show(v));
+  out = v.get<std::string>();
+}
+
+void convert(const nlohmann::json& v, std::array<double, 2>& out, const std::string& path) {
+  const bool ok = v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number();
+  STEPWISE_CHECK(ok, ConfigError, path, " must be a list of two numbers, got ", show(v));
+  out = {v[0].get<double>(), v[1].get<double>()};
+}
+
+template <class T>
+void convert(const nlohmann::json& v, std::optional<T>& out, const std::string& path) {
+  T value{};
+  convert(v, value, path);
+  out = value;
+}
+
+template <class T>
+const char* type_of(const T*) {
+  if constexpr (std::is_same_v<T, bool>) return "bool";
+  if constexpr (std::is_same_v<T, int64_t>) return "integer";
+  if constexpr (std::is_same_v<T, double>) return "number";
+  if constexpr (std::is_same_v<T, std::string>) return "string";
+  if constexpr (std::is_same_v<T, std::array<double, 2>>) return "[number, number]";
+  return "?";
+}
+
+template <class T>
+const char* type_of(const std::optional<T>*) {
+  return type_of(static_cast<const T*>(nullptr));
+}
+
+template <class T>
+std::string default_of(const T& value) {
+  return nlohmann::json(value).dump();
+}
+
+template <class T>
+std::string default_of(const std::optional<T>& value) {
+  return value ? nlohmann::json(*value).dump() : "unset";
+}
+
 }  // namespace
+
+KeyRecording::KeyRecording(std::vector<ConfigKey>& keys) { recording = &keys; }
+
+KeyRecording::~KeyRecording() { recording = nullptr; }
 
 ObjectReader::ObjectReader(const nlohmann::json& json, std::string path)
     : json_(json), path_(std::move(path)) {
   STEPWISE_CHECK(json_.is_object(), ConfigError, (path_.empty() ? "the configuration" : path_),
-                 " must be a JSON object, got ", type_name(json_), " ", show(json_));
+                 " must be a JSON object, got ", json_.type_name(), " ", show(json_));
 }
-
-bool ObjectReader::has(const std::string& key) const { return json_.contains(key); }
 
 std::string ObjectReader::path_of(const std::string& key) const { return join_path(path_, key); }
 
-const nlohmann::json& ObjectReader::raw(const std::string& key) {
-  read_.insert(key);
-  return json_.at(key);
+void ObjectReader::ask(const std::string& key, const char* type, const std::string& default_text) {
+  if (std::find(asked_.begin(), asked_.end(), key) != asked_.end()) return;
+  asked_.push_back(key);
+  if (recording != nullptr) recording->push_back({path_of(key), type, default_text});
 }
 
-bool ObjectReader::get(const std::string& key, bool& out) {
-  if (!has(key)) return false;
-  const auto& v = raw(key);
-  STEPWISE_CHECK(v.is_boolean(), ConfigError, path_of(key), " must be true or false, got ",
-                 type_name(v), " ", show(v));
-  out = v.get<bool>();
+template <class T>
+bool ObjectReader::read(const std::string& key, T& out, const std::string& default_text) {
+  ask(key, type_of(&out), default_text.empty() ? default_of(out) : default_text);
+  if (!json_.contains(key)) return false;
+  convert(json_.at(key), out, path_of(key));
   return true;
 }
 
-bool ObjectReader::get(const std::string& key, int64_t& out) {
-  if (!has(key)) return false;
-  const auto& v = raw(key);
-  bool integral = v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
-                                            std::floor(v.get<double>()) == v.get<double>() &&
-                                            std::fabs(v.get<double>()) < 9.0e15);
-  STEPWISE_CHECK(integral, ConfigError, path_of(key), " must be an integer, got ", type_name(v),
-                 " ", show(v));
-  out = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
-  return true;
-}
+template bool ObjectReader::read(const std::string&, std::string&, const std::string&);
+template bool ObjectReader::read(const std::string&, int64_t&, const std::string&);
+template bool ObjectReader::read(const std::string&, double&, const std::string&);
 
-bool ObjectReader::get(const std::string& key, double& out) {
-  if (!has(key)) return false;
-  const auto& v = raw(key);
-  STEPWISE_CHECK(v.is_number(), ConfigError, path_of(key), " must be a number, got ", type_name(v),
-                 " ", show(v));
-  out = v.get<double>();
-  STEPWISE_CHECK(std::isfinite(out), ConfigError, path_of(key), " must be finite, got ", out);
-  return true;
-}
-
-bool ObjectReader::get(const std::string& key, std::string& out) {
-  if (!has(key)) return false;
-  const auto& v = raw(key);
-  STEPWISE_CHECK(v.is_string(), ConfigError, path_of(key), " must be a string, got ", type_name(v),
-                 " ", show(v));
-  out = v.get<std::string>();
-  return true;
-}
-
+bool ObjectReader::get(const std::string& key, bool& out) { return read(key, out, ""); }
+bool ObjectReader::get(const std::string& key, int64_t& out) { return read(key, out, ""); }
+bool ObjectReader::get(const std::string& key, double& out) { return read(key, out, ""); }
+bool ObjectReader::get(const std::string& key, std::string& out) { return read(key, out, ""); }
 bool ObjectReader::get(const std::string& key, std::array<double, 2>& out) {
-  if (!has(key)) return false;
-  const auto& v = raw(key);
-  bool ok = v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number();
-  STEPWISE_CHECK(ok, ConfigError, path_of(key), " must be a list of two numbers, got ", show(v));
-  out = {v[0].get<double>(), v[1].get<double>()};
-  return true;
+  return read(key, out, "");
+}
+bool ObjectReader::get(const std::string& key, std::optional<int64_t>& out) {
+  return read(key, out, "");
+}
+bool ObjectReader::get(const std::string& key, std::optional<bool>& out) {
+  return read(key, out, "");
 }
 
-void ObjectReader::finish(const std::vector<std::string>& valid_keys) const {
+std::optional<ObjectReader> ObjectReader::object(const std::string& key) {
+  ask(key, "object", "none");
+  if (!json_.contains(key)) return std::nullopt;
+  return ObjectReader(json_.at(key), path_of(key));
+}
+
+ObjectReader ObjectReader::object_or_empty(const std::string& key) {
+  static const nlohmann::json kEmpty = nlohmann::json::object();
+  auto child = object(key);
+  return child ? *child : ObjectReader(kEmpty, path_of(key));
+}
+
+void ObjectReader::finish() const {
   for (const auto& item : json_.items()) {
-    if (read_.count(item.key()) == 0) {
+    if (std::find(asked_.begin(), asked_.end(), item.key()) == asked_.end()) {
       throw ConfigError(c10::str("unknown key ", path_of(item.key()), " (value ",
-                                 show(item.value()), "); valid keys here are: ", join(valid_keys)));
+                                 show(item.value()), "); valid keys here are: ", join(asked_)));
     }
   }
 }

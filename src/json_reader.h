@@ -4,15 +4,24 @@
 //
 //   ObjectReader r(json, "optimizer.params");
 //   r.get("lr", out.lr);          // type-checked, path "optimizer.params.lr"
-//   r.finish();                   // any key not read is a ConfigError
+//   r.finish();                   // a key nobody asked for is a ConfigError
+//
+// NOTE: [one source per key] The reader records every key it is asked for, with
+// its type and default (the value `out` holds before the read). finish() names
+// the recorded keys as the valid ones, and config_keys() (config.h) lists the
+// records of every object, so the parser's own reads are the only list of keys.
 #pragma once
 
+#include <stepwise/config.h>
 #include <stepwise/errors.h>
+
+#include "option_checks.h"
 
 #include <nlohmann/json.hpp>
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,38 +32,68 @@ namespace stepwise::detail {
 std::string join_path(const std::string& parent, const std::string& key);
 /// A JSON value rendered for a message (strings quoted, long values cut).
 std::string show(const nlohmann::json& value);
-/// "a, b, c".
-std::string join(const std::vector<std::string>& items);
 
-/// Reads keys of one JSON object. Every key must be read (or explicitly
-/// rejected) before finish(), so an unknown key can never be ignored.
+/// While alive, every ObjectReader on this thread appends what it is asked for
+/// to `keys` (config_keys() runs the parser under one).
+class KeyRecording {
+ public:
+  /// Starts recording into `keys`.
+  explicit KeyRecording(std::vector<ConfigKey>& keys);
+  /// Stops recording.
+  ~KeyRecording();
+  KeyRecording(const KeyRecording&) = delete;
+  KeyRecording& operator=(const KeyRecording&) = delete;
+};
+
+/// Reads keys of one JSON object. A key present but never asked for is a
+/// ConfigError at finish(), so an unknown key can never be ignored.
 class ObjectReader {
  public:
   /// Throws ConfigError if `json` is not an object.
   ObjectReader(const nlohmann::json& json, std::string path);
 
-  bool has(const std::string& key) const;
   /// Path of `key` inside this object.
   std::string path_of(const std::string& key) const;
-  /// The raw value of a present key (marks it read).
-  const nlohmann::json& raw(const std::string& key);
 
-  /// Reads `key` into `out` if present; returns whether it was.
+  /// Reads `key` into `out` if present; returns whether it was. `out` keeps
+  /// its value (the default) otherwise.
   bool get(const std::string& key, bool& out);
   bool get(const std::string& key, int64_t& out);
   bool get(const std::string& key, double& out);
   bool get(const std::string& key, std::string& out);
   bool get(const std::string& key, std::array<double, 2>& out);
+  /// As get(), for keys whose absence differs from any default ("unset").
+  bool get(const std::string& key, std::optional<int64_t>& out);
+  bool get(const std::string& key, std::optional<bool>& out);
+  /// As get(), for a key that must be present (recorded as "required"); the
+  /// caller throws when it is not, after reading the others.
+  template <class T>
+  bool get_required(const std::string& key, T& out) {
+    return read(key, out, "required");
+  }
+  /// Reads a key that must be present; throws ConfigError(`missing`) if it is not.
+  template <class T>
+  void require(const std::string& key, T& out, const std::string& missing) {
+    STEPWISE_CHECK(get_required(key, out), ConfigError, missing);
+  }
+  /// The object under `key`, if present.
+  std::optional<ObjectReader> object(const std::string& key);
+  /// The object under `key`, or an empty one.
+  ObjectReader object_or_empty(const std::string& key);
 
-  /// Marks `key` as read without reading it.
-  void consume(const std::string& key) { read_.insert(key); }
-  /// Throws ConfigError for the first key not read, listing the valid ones.
-  void finish(const std::vector<std::string>& valid_keys) const;
+  /// Throws ConfigError for the first key present but not asked for, listing
+  /// the keys asked for as the valid ones.
+  void finish() const;
 
  private:
+  // Records `key` as asked for, with its type and default text.
+  void ask(const std::string& key, const char* type, const std::string& default_text);
+  template <class T>
+  bool read(const std::string& key, T& out, const std::string& default_text);
+
   const nlohmann::json& json_;
   std::string path_;
-  std::set<std::string> read_;
+  std::vector<std::string> asked_;
 };
 
 }  // namespace stepwise::detail

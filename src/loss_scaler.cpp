@@ -2,23 +2,27 @@
 #include <stepwise/errors.h>
 #include <stepwise/loss_scaler.h>
 
+#include "option_checks.h"
+
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
+#include <utility>
 
 namespace stepwise {
 
 LossScaler::LossScaler(const LossScalerOptions& options)
     : options_(options), scale_(options.init_scale()), hysteresis_left_(options.hysteresis()) {
-  STEPWISE_CHECK(options.init_scale() > 0.0, ConfigError,
-                 "the initial loss scale must be > 0, got ", options.init_scale());
-  STEPWISE_CHECK(options.scale_window() > 0, ConfigError,
-                 "fp16.loss_scale_window must be a positive integer, got ", options.scale_window());
-  STEPWISE_CHECK(options.hysteresis() > 0, ConfigError,
-                 "fp16.hysteresis must be a positive integer, got ", options.hysteresis());
-  STEPWISE_CHECK(!options.dynamic() || options.min_scale() <= options.init_scale(), ConfigError,
-                 "fp16.min_loss_scale (", options.min_scale(),
-                 ") must not exceed the initial scale (", options.init_scale(), ")");
+  // see NOTE: [option errors]: the config parser names these by their fp16.* keys.
+  for (auto [option, value] : {std::pair{"init_scale", options.init_scale()},
+                               std::pair{"min_scale", options.min_scale()}}) {
+    STEPWISE_CHECK_OPTION(std::isfinite(value) && value > 0.0 && value <= detail::kFloatMax, option,
+                          "must be a finite number in (0, ", detail::kFloatMax, "], got ", value);
+  }
+  detail::check_positive("scale_window", options.scale_window());
+  detail::check_positive("hysteresis", options.hysteresis());
+  STEPWISE_CHECK_OPTION(!options.dynamic() || options.min_scale() <= options.init_scale(),
+                        "min_scale", "(", options.min_scale(),
+                        ") must not exceed the initial scale (", options.init_scale(), ")");
 }
 
 LossScaler LossScaler::from_config(const Fp16Config& config) {
@@ -42,8 +46,8 @@ void LossScaler::update(bool overflow) {
   if (overflow) {
     if (hysteresis_left_ <= 1) {
       if (scale_ <= options_.min_scale()) {
-        throw std::runtime_error(c10::str(
-            "fp16 loss scale is already at fp16.min_loss_scale (", options_.min_scale(),
+        throw TrainingError(c10::str(
+            "fp16 loss scale is already at its minimum (", options_.min_scale(),
             ") and the gradients overflowed again at boundary ", iteration_,
             ": the model produces inf/nan gradients even unscaled. Lower the learning rate, "
             "check the data for inf/nan, or train in bf16 or fp32"));

@@ -1,7 +1,7 @@
 #include <stepwise/errors.h>
 #include <stepwise/lr_schedules.h>
 
-#include "schedule_checks.h"
+#include "option_checks.h"
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -14,31 +14,199 @@
 
 namespace stepwise {
 
+using detail::check_in_range;
+using detail::check_positive;
+using detail::kFloatMax;
+
+const std::vector<std::string>& warmup_type_names() {
+  static const std::vector<std::string> names = {"log", "linear"};
+  return names;
+}
+
 WarmupType parse_warmup_type(const std::string& value, const std::string& path) {
-  if (value == "log") return WarmupType::kLog;
-  if (value == "linear") return WarmupType::kLinear;
-  throw ConfigError(
-      c10::str(path, " \"", value, "\" is not a warmup type; use \"log\" or \"linear\""));
+  const auto& names = warmup_type_names();
+  const auto it = std::find(names.begin(), names.end(), value);
+  STEPWISE_CHECK(it != names.end(), ConfigError, path, " \"", value,
+                 "\" is not a warmup type; use \"log\" or \"linear\"");
+  return static_cast<WarmupType>(it - names.begin());
 }
 
-namespace detail {
+std::string to_string(WarmupType type) { return warmup_type_names().at(static_cast<int>(type)); }
 
-void check_warmup_steps(int64_t steps, WarmupType type, const std::string& prefix) {
-  STEPWISE_CHECK(steps > 0, ConfigError, prefix,
-                 "warmup_num_steps must be a positive integer, got ", steps);
-  STEPWISE_CHECK(type != WarmupType::kLog || steps >= 2, ConfigError, prefix,
-                 "warmup_num_steps must be >= 2 with warmup_type \"log\" (ln(1) = 0), got ", steps,
-                 "; use warmup_type \"linear\" or more steps");
+const std::vector<std::string>& supported_scheduler_types() {
+  static const std::vector<std::string> names = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
+                                                 "OneCycle", "LRRangeTest"};
+  return names;
 }
 
-void check_total_steps(int64_t total, int64_t warmup, const std::string& prefix) {
-  STEPWISE_CHECK(total > warmup, ConfigError, prefix, "total_num_steps (", total,
-                 ") must be greater than ", prefix, "warmup_num_steps (", warmup, ")");
+namespace {
+
+// Builds the alternative of ScheduleOptions at `index`, default-constructed.
+template <size_t I = 0>
+ScheduleOptions options_at(size_t index) {
+  if constexpr (I + 1 < std::variant_size_v<ScheduleOptions>) {
+    if (index != I) return options_at<I + 1>(index);
+  }
+  return ScheduleOptions(std::in_place_index<I>);
 }
 
-}  // namespace detail
+// ---- validation: see NOTE: [option errors] ----
 
-std::string to_string(WarmupType type) { return type == WarmupType::kLog ? "log" : "linear"; }
+void check_warmup_steps(int64_t steps, WarmupType type) {
+  check_positive("warmup_num_steps", steps);
+  STEPWISE_CHECK_OPTION(type != WarmupType::kLog || steps >= 2, "warmup_num_steps",
+                        "must be >= 2 with warmup_type \"log\" (ln(1) = 0), got ", steps,
+                        "; use warmup_type \"linear\" or more steps");
+}
+
+void check_total_steps(int64_t total, int64_t warmup) {
+  STEPWISE_CHECK_OPTION(total > warmup, "total_num_steps", "(", total,
+                        ") must be greater than warmup_num_steps (", warmup, ")");
+}
+
+void check_momentum(const char* option, double value) {
+  STEPWISE_CHECK_OPTION(std::isfinite(value) && value >= 0.0 && value < 1.0, option,
+                        "must be a momentum (beta1) in [0, 1), got ", value);
+}
+
+void check(const WarmupLROptions& o) {
+  check_in_range("warmup_min_lr", o.warmup_min_lr(), 0.0, kFloatMax);
+  check_in_range("warmup_max_lr", o.warmup_max_lr(), 0.0, kFloatMax);
+  check_warmup_steps(o.warmup_num_steps(), o.warmup_type());
+}
+
+void check(const WarmupDecayLROptions& o) {
+  check(o.warmup());
+  check_total_steps(o.total_num_steps(), o.warmup().warmup_num_steps());
+}
+
+void check(const WarmupCosineLROptions& o) {
+  check_warmup_steps(o.warmup_num_steps(), o.warmup_type());
+  check_total_steps(o.total_num_steps(), o.warmup_num_steps());
+  check_in_range("warmup_min_ratio", o.warmup_min_ratio(), 0.0, 1.0);
+  check_in_range("cos_min_ratio", o.cos_min_ratio(), 0.0, 1.0);
+}
+
+void check(const OneCycleOptions& o) {
+  check_in_range("cycle_min_lr", o.cycle_min_lr(), 0.0, kFloatMax);
+  check_in_range("cycle_max_lr", o.cycle_max_lr(), 0.0, kFloatMax);
+  check_in_range("decay_lr_rate", o.decay_lr_rate(), 0.0, kFloatMax);
+  check_positive("cycle_first_step_size", o.cycle_first_step_size());
+  STEPWISE_CHECK_OPTION(o.decay_step_size() >= 0, "decay_step_size",
+                        "must be >= 0 (0 = no decay), got ", o.decay_step_size());
+  check_momentum("cycle_min_mom", o.cycle_min_mom());
+  check_momentum("cycle_max_mom", o.cycle_max_mom());
+  check_in_range("decay_mom_rate", o.decay_mom_rate(), 0.0, kFloatMax);
+}
+
+void check(const LRRangeTestOptions& o) {
+  check_in_range("lr_range_test_min_lr", o.lr_range_test_min_lr(), 0.0, kFloatMax);
+  check_positive("lr_range_test_step_size", o.lr_range_test_step_size());
+  check_in_range("lr_range_test_step_rate", o.lr_range_test_step_rate(), 0.0, kFloatMax);
+}
+
+// ---- the formulas, as functions of lbi ----
+
+// The warmup fraction in [0, 1] (1 once lbi >= steps), shared by every warmup.
+double warmup_fraction(int64_t lbi, int64_t steps, WarmupType type) {
+  if (lbi >= steps) return 1.0;
+  if (type == WarmupType::kLog) {
+    return std::log(static_cast<double>(lbi + 1)) * (1.0 / std::log(static_cast<double>(steps)));
+  }
+  return static_cast<double>(lbi) / static_cast<double>(steps);
+}
+
+double lr_of(const WarmupLROptions& o, double gamma) {
+  return o.warmup_min_lr() + (o.warmup_max_lr() - o.warmup_min_lr()) * gamma;
+}
+
+double cosine_ratio(const WarmupCosineLROptions& o, int64_t lbi) {
+  const auto warmup = o.warmup_num_steps();
+  if (lbi < warmup) {
+    return o.warmup_min_ratio() +
+           warmup_fraction(lbi, warmup, o.warmup_type()) * (1.0 - o.warmup_min_ratio());
+  }
+  const double real_last_step = static_cast<double>(lbi - warmup + 1);
+  const double real_total_steps = static_cast<double>(o.total_num_steps() - warmup);
+  const double ratio = (1.0 + std::cos(M_PI * real_last_step / real_total_steps)) / 2.0;
+  return std::max(0.0, o.cos_min_ratio() + (1.0 - o.cos_min_ratio()) * ratio);
+}
+
+// The cycle's length in steps (a double, as in DeepSpeed: two step sizes near
+// INT64_MAX must not overflow).
+double one_cycle_total(const OneCycleOptions& o) {
+  const double first = static_cast<double>(o.cycle_first_step_size());
+  return first +
+         (o.cycle_second_step_size() > 0 ? static_cast<double>(o.cycle_second_step_size()) : first);
+}
+
+// OneCycle's position in the cycle: 0 at the ends, 1 at the peak.
+double one_cycle_scale(const OneCycleOptions& o, int64_t lbi) {
+  const double total = one_cycle_total(o);
+  const double step_ratio = static_cast<double>(o.cycle_first_step_size()) / total;
+  const double batch_iteration = static_cast<double>(lbi + 1);
+  const double cycle = std::floor(1.0 + batch_iteration / total);
+  const double x = 1.0 + batch_iteration / total - cycle;
+  return x <= step_ratio ? x / step_ratio : (x - 1.0) / (step_ratio - 1.0);
+}
+
+// Intervals of `step_size` since the cycle ended (OneCycle's decay), or 0 without decay.
+double decay_interval(const OneCycleOptions& o, int64_t lbi) {
+  if (o.decay_step_size() <= 0) return 0.0;
+  return (static_cast<double>(lbi) - one_cycle_total(o) + 1.0) /
+         static_cast<double>(o.decay_step_size());
+}
+
+double one_cycle_momentum(const OneCycleOptions& o, int64_t lbi) {
+  if (static_cast<double>(lbi) < one_cycle_total(o)) {
+    return o.cycle_max_mom() - (o.cycle_max_mom() - o.cycle_min_mom()) * one_cycle_scale(o, lbi);
+  }
+  return o.cycle_max_mom() * (1.0 + o.decay_mom_rate() * decay_interval(o, lbi));
+}
+
+// Adam and AdamW carry betas; other optimizers have no momentum OneCycle can cycle.
+std::tuple<double, double>* betas_of(torch::optim::OptimizerOptions& options) {
+  if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&options)) return &adam->betas();
+  if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&options)) return &adamw->betas();
+  return nullptr;
+}
+
+bool should_cycle_momentum(const ScheduleOptions& options, torch::optim::Optimizer& optimizer) {
+  const auto* o = std::get_if<OneCycleOptions>(&options);
+  if (o == nullptr || !o->cycle_momentum()) return false;
+  for (auto& group : optimizer.param_groups()) {
+    if (betas_of(group.options()) == nullptr) {
+      TORCH_WARN("OneCycle: cycle_momentum is disabled because the optimizer has no betas ",
+                 "(only Adam and AdamW do); its momentum stays as configured");
+      return false;
+    }
+  }
+  return true;
+}
+
+// Refuses an lr a float cannot hold (LRRangeTest grows without bound).
+std::vector<double> checked(std::vector<double> lrs, const std::string& name, int64_t lbi) {
+  for (double lr : lrs) {
+    STEPWISE_CHECK(std::isfinite(lr) && lr <= kFloatMax, TrainingError, name,
+                   ": the lr at last_batch_iteration ", lbi, " is ", lr,
+                   ", beyond what a float holds; lower the schedule's rates or step sizes");
+  }
+  return lrs;
+}
+
+}  // namespace
+
+ScheduleOptions default_schedule_options(const std::string& type, const std::string& path) {
+  const auto& names = supported_scheduler_types();
+  const auto it = std::find(names.begin(), names.end(), type);
+  STEPWISE_CHECK(it != names.end(), ConfigError, path, " \"", type,
+                 "\" is not supported; use one of: ", detail::join(names));
+  return options_at(static_cast<size_t>(it - names.begin()));
+}
+
+void validate(const ScheduleOptions& options) {
+  std::visit([](const auto& o) { check(o); }, options);
+}
 
 std::vector<double> current_lrs(torch::optim::Optimizer& optimizer) {
   std::vector<double> lrs;
@@ -62,209 +230,116 @@ int64_t scheduler_step_count(const torch::optim::LRScheduler& scheduler) {
   return static_cast<int64_t>(scheduler.*StepCountAccess::member());
 }
 
-Schedule::Schedule(torch::optim::Optimizer& optimizer)
+Schedule::Schedule(torch::optim::Optimizer& optimizer, ScheduleOptions options)
     : torch::optim::LRScheduler(optimizer),
       optimizer_(optimizer),
-      base_lrs_(current_lrs(optimizer)) {}
-
-void Schedule::start() {
-  auto lrs = lr_at(0);
+      base_lrs_(current_lrs(optimizer)),
+      options_((validate(options), std::move(options))),
+      cycle_momentum_(should_cycle_momentum(options_, optimizer)) {
+  const auto lrs = checked(lr_at(0), name(), 0);
   auto& groups = optimizer_.param_groups();
   for (size_t i = 0; i < groups.size(); ++i) {
     groups[i].options().set_lr(lrs[i]);
   }
-  on_lbi(0);
+  set_momentum(0);
+}
+
+std::string Schedule::name() const { return supported_scheduler_types().at(options_.index()); }
+
+std::vector<double> Schedule::lr_at(int64_t lbi) const {
+  const auto same = [&](double lr) { return std::vector<double>(base_lrs_.size(), lr); };
+  return std::visit(
+      [&](const auto& o) -> std::vector<double> {
+        using T = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, WarmupLROptions>) {
+          return same(lr_of(o, warmup_fraction(lbi, o.warmup_num_steps(), o.warmup_type())));
+        } else if constexpr (std::is_same_v<T, WarmupDecayLROptions>) {
+          const auto& w = o.warmup();
+          const auto warmup = w.warmup_num_steps();
+          const double total = static_cast<double>(o.total_num_steps());
+          const double gamma =
+              lbi < warmup ? warmup_fraction(lbi, warmup, w.warmup_type())
+                           : std::max(0.0, (total - static_cast<double>(lbi)) /
+                                               std::max(1.0, total - static_cast<double>(warmup)));
+          return same(lr_of(w, gamma));
+        } else if constexpr (std::is_same_v<T, WarmupCosineLROptions>) {
+          std::vector<double> lrs;
+          for (double base : base_lrs_) lrs.push_back(base * cosine_ratio(o, lbi));
+          return lrs;
+        } else if constexpr (std::is_same_v<T, OneCycleOptions>) {
+          if (static_cast<double>(lbi) < one_cycle_total(o)) {
+            return same(o.cycle_min_lr() +
+                        (o.cycle_max_lr() - o.cycle_min_lr()) * one_cycle_scale(o, lbi));
+          }
+          return same(o.cycle_min_lr() / (1.0 + o.decay_lr_rate() * decay_interval(o, lbi)));
+        } else {
+          double interval =
+              static_cast<double>(lbi + 1) / static_cast<double>(o.lr_range_test_step_size());
+          if (o.lr_range_test_staircase()) interval = std::floor(interval);
+          return same(o.lr_range_test_min_lr() * (1.0 + o.lr_range_test_step_rate() * interval));
+        }
+      },
+      options_);
 }
 
 std::vector<double> Schedule::get_lrs() {
   // see NOTE: [step mapping]: the k-th step (step_count_ == k - 1 here) sets schedule(k).
   const int64_t lbi = static_cast<int64_t>(step_count_) + 1;
-  on_lbi(lbi);
-  return lr_at(lbi);
+  set_momentum(lbi);
+  return checked(lr_at(lbi), name(), lbi);
 }
 
-// ---- WarmupLR / WarmupDecayLR ----
+void Schedule::set_momentum(int64_t lbi) {
+  if (!cycle_momentum_) return;
+  const double momentum = one_cycle_momentum(std::get<OneCycleOptions>(options_), lbi);
+  for (auto& group : optimizer_.param_groups()) {
+    std::get<0>(*betas_of(group.options())) = momentum;
+  }
+}
 
 WarmupLR::WarmupLR(torch::optim::Optimizer& optimizer, const WarmupLROptions& options)
-    : WarmupLR(optimizer, options, true) {
-  start();
-}
-
-WarmupLR::WarmupLR(torch::optim::Optimizer& optimizer, const WarmupLROptions& options, bool)
-    : Schedule(optimizer), options_(options) {
-  detail::check_warmup_steps(options.warmup_num_steps(), options.warmup_type(), "");
-}
-
-double WarmupLR::warmup_gamma(int64_t lbi) const {
-  const auto steps = options_.warmup_num_steps();
-  if (lbi >= steps) return 1.0;
-  if (options_.warmup_type() == WarmupType::kLog) {
-    return std::log(static_cast<double>(lbi + 1)) * (1.0 / std::log(static_cast<double>(steps)));
-  }
-  return static_cast<double>(lbi) / static_cast<double>(steps);
-}
-
-double WarmupLR::gamma(int64_t lbi) const { return warmup_gamma(lbi); }
-
-std::vector<double> WarmupLR::lr_at(int64_t lbi) const {
-  const double g = gamma(lbi);
-  const double lr =
-      options_.warmup_min_lr() + (options_.warmup_max_lr() - options_.warmup_min_lr()) * g;
-  return std::vector<double>(base_lrs_.size(), lr);
-}
+    : Schedule(optimizer, options) {}
 
 WarmupDecayLR::WarmupDecayLR(torch::optim::Optimizer& optimizer,
                              const WarmupDecayLROptions& options)
-    : WarmupLR(optimizer,
-               WarmupLROptions()
-                   .warmup_min_lr(options.warmup_min_lr())
-                   .warmup_max_lr(options.warmup_max_lr())
-                   .warmup_num_steps(options.warmup_num_steps())
-                   .warmup_type(options.warmup_type()),
-               true),
-      total_num_steps_(options.total_num_steps()) {
-  detail::check_total_steps(total_num_steps_, options.warmup_num_steps(), "");
-  start();
-}
-
-double WarmupDecayLR::gamma(int64_t lbi) const {
-  const auto warmup = options_.warmup_num_steps();
-  if (lbi < warmup) return warmup_gamma(lbi);
-  return std::max(0.0, static_cast<double>(total_num_steps_ - lbi) /
-                           std::max(1.0, static_cast<double>(total_num_steps_ - warmup)));
-}
-
-// ---- WarmupCosineLR ----
+    : Schedule(optimizer, options) {}
 
 WarmupCosineLR::WarmupCosineLR(torch::optim::Optimizer& optimizer,
                                const WarmupCosineLROptions& options)
-    : Schedule(optimizer), options_(options) {
-  detail::check_warmup_steps(options.warmup_num_steps(), options.warmup_type(), "");
-  detail::check_total_steps(options.total_num_steps(), options.warmup_num_steps(), "");
-  start();
-}
+    : Schedule(optimizer, options) {}
 
 double WarmupCosineLR::ratio_at(int64_t lbi) const {
-  const auto warmup = options_.warmup_num_steps();
-  if (lbi < warmup) {
-    double ratio =
-        options_.warmup_type() == WarmupType::kLog
-            ? std::log(static_cast<double>(lbi + 1)) / std::log(static_cast<double>(warmup))
-            : static_cast<double>(lbi) / static_cast<double>(warmup);
-    return options_.warmup_min_ratio() + ratio * (1.0 - options_.warmup_min_ratio());
-  }
-  const double real_last_step = static_cast<double>(lbi - warmup + 1);
-  const double real_total_steps = static_cast<double>(options_.total_num_steps() - warmup);
-  const double ratio = (1.0 + std::cos(M_PI * real_last_step / real_total_steps)) / 2.0;
-  return std::max(0.0, options_.cos_min_ratio() + (1.0 - options_.cos_min_ratio()) * ratio);
+  return cosine_ratio(std::get<WarmupCosineLROptions>(options()), lbi);
 }
-
-std::vector<double> WarmupCosineLR::lr_at(int64_t lbi) const {
-  const double ratio = ratio_at(lbi);
-  std::vector<double> lrs;
-  for (double base : base_lrs_) {
-    lrs.push_back(base * ratio);
-  }
-  return lrs;
-}
-
-// ---- OneCycle ----
-
-namespace {
-// Adam and AdamW carry betas; other optimizers have no momentum OneCycle can cycle.
-std::tuple<double, double>* betas_of(torch::optim::OptimizerOptions& options) {
-  if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&options)) return &adam->betas();
-  if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&options)) return &adamw->betas();
-  return nullptr;
-}
-}  // namespace
 
 OneCycle::OneCycle(torch::optim::Optimizer& optimizer, const OneCycleOptions& options)
-    : Schedule(optimizer), options_(options) {
-  STEPWISE_CHECK(options.cycle_first_step_size() > 0, ConfigError,
-                 "cycle_first_step_size must be a positive integer, got ",
-                 options.cycle_first_step_size());
-  const double first = static_cast<double>(options.cycle_first_step_size());
-  const double second = options.cycle_second_step_size() > 0
-                            ? static_cast<double>(options.cycle_second_step_size())
-                            : first;
-  total_size_ = first + second;
-  step_ratio_ = first / total_size_;
-  cycle_momentum_ = options.cycle_momentum();
-  if (cycle_momentum_) {
-    for (auto& group : optimizer.param_groups()) {
-      if (betas_of(group.options()) == nullptr) {
-        TORCH_WARN("OneCycle: cycle_momentum is disabled because the optimizer has no betas ",
-                   "(only Adam and AdamW do); its momentum stays as configured");
-        cycle_momentum_ = false;
-        break;
-      }
-    }
-  }
-  start();
-}
-
-double OneCycle::scale_factor(int64_t lbi) const {
-  const double batch_iteration = static_cast<double>(lbi + 1);
-  const double cycle = std::floor(1.0 + batch_iteration / total_size_);
-  const double x = 1.0 + batch_iteration / total_size_ - cycle;
-  return x <= step_ratio_ ? x / step_ratio_ : (x - 1.0) / (step_ratio_ - 1.0);
-}
-
-std::vector<double> OneCycle::lr_at(int64_t lbi) const {
-  double lr;
-  if (static_cast<double>(lbi) < total_size_) {
-    lr = options_.cycle_min_lr() +
-         (options_.cycle_max_lr() - options_.cycle_min_lr()) * scale_factor(lbi);
-  } else if (options_.decay_step_size() > 0) {
-    const double interval = static_cast<double>(lbi - static_cast<int64_t>(total_size_) + 1) /
-                            static_cast<double>(options_.decay_step_size());
-    lr = options_.cycle_min_lr() / (1.0 + options_.decay_lr_rate() * interval);
-  } else {
-    lr = options_.cycle_min_lr();
-  }
-  return std::vector<double>(base_lrs_.size(), lr);
-}
+    : Schedule(optimizer, options) {}
 
 double OneCycle::momentum_at(int64_t lbi) const {
-  if (static_cast<double>(lbi) < total_size_) {
-    return options_.cycle_max_mom() -
-           (options_.cycle_max_mom() - options_.cycle_min_mom()) * scale_factor(lbi);
-  }
-  if (options_.decay_step_size() > 0) {
-    const double interval = static_cast<double>(lbi - static_cast<int64_t>(total_size_) + 1) /
-                            static_cast<double>(options_.decay_step_size());
-    return options_.cycle_max_mom() * (1.0 + options_.decay_mom_rate() * interval);
-  }
-  return options_.cycle_max_mom();
+  return one_cycle_momentum(std::get<OneCycleOptions>(options()), lbi);
 }
-
-void OneCycle::on_lbi(int64_t lbi) {
-  if (!cycle_momentum_) return;
-  const double momentum = momentum_at(lbi);
-  for (auto& group : optimizer_.param_groups()) {
-    auto* betas = betas_of(group.options());
-    std::get<0>(*betas) = momentum;
-  }
-}
-
-// ---- LRRangeTest ----
 
 LRRangeTest::LRRangeTest(torch::optim::Optimizer& optimizer, const LRRangeTestOptions& options)
-    : Schedule(optimizer), options_(options) {
-  STEPWISE_CHECK(options.lr_range_test_step_size() > 0, ConfigError,
-                 "lr_range_test_step_size must be a positive integer, got ",
-                 options.lr_range_test_step_size());
-  start();
-}
+    : Schedule(optimizer, options) {}
 
-std::vector<double> LRRangeTest::lr_at(int64_t lbi) const {
-  double interval =
-      static_cast<double>(lbi + 1) / static_cast<double>(options_.lr_range_test_step_size());
-  if (options_.lr_range_test_staircase()) interval = std::floor(interval);
-  const double lr =
-      options_.lr_range_test_min_lr() * (1.0 + options_.lr_range_test_step_rate() * interval);
-  return std::vector<double>(base_lrs_.size(), lr);
+std::unique_ptr<Schedule> make_scheduler(const ScheduleOptions& options,
+                                         torch::optim::Optimizer& optimizer) {
+  return std::visit(
+      [&](const auto& o) -> std::unique_ptr<Schedule> {
+        using T = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, WarmupLROptions>) {
+          return std::make_unique<WarmupLR>(optimizer, o);
+        } else if constexpr (std::is_same_v<T, WarmupDecayLROptions>) {
+          return std::make_unique<WarmupDecayLR>(optimizer, o);
+        } else if constexpr (std::is_same_v<T, WarmupCosineLROptions>) {
+          return std::make_unique<WarmupCosineLR>(optimizer, o);
+        } else if constexpr (std::is_same_v<T, OneCycleOptions>) {
+          return std::make_unique<OneCycle>(optimizer, o);
+        } else {
+          return std::make_unique<LRRangeTest>(optimizer, o);
+        }
+      },
+      options);
 }
 
 }  // namespace stepwise

@@ -6,6 +6,12 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include "option_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 namespace stepwise {
 
 const std::vector<std::string>& supported_optimizer_types() {
@@ -13,8 +19,34 @@ const std::vector<std::string>& supported_optimizer_types() {
   return types;
 }
 
+void validate(const OptimizerConfig& config) {
+  const auto& types = supported_optimizer_types();
+  STEPWISE_CHECK_OPTION(std::find(types.begin(), types.end(), config.type) != types.end(), "type",
+                        "\"", config.type, "\" is not supported; use one of: ", detail::join(types),
+                        " (names are case-sensitive)");
+  using detail::check_in_range;
+  check_in_range("lr", config.lr, 0.0, detail::kFloatMax);
+  check_in_range("weight_decay", config.weight_decay, 0.0, detail::kFloatMax);
+  check_in_range("momentum", config.momentum, 0.0, detail::kFloatMax);
+  check_in_range("dampening", config.dampening, 0.0, 1.0);
+  // eps is added in the parameters' dtype: below float's smallest normal it rounds away.
+  check_in_range("eps", config.eps, std::numeric_limits<float>::min(), detail::kFloatMax);
+  for (double beta : config.betas) {
+    STEPWISE_CHECK_OPTION(std::isfinite(beta) && beta >= 0.0 && beta < 1.0, "betas",
+                          "must be two numbers in [0, 1), got [", config.betas[0], ", ",
+                          config.betas[1], "]");
+  }
+  STEPWISE_CHECK_OPTION(!config.nesterov || (config.momentum > 0.0 && config.dampening == 0.0),
+                        "nesterov", "needs momentum > 0 and dampening 0, got momentum ",
+                        config.momentum, " and dampening ", config.dampening);
+  STEPWISE_CHECK_OPTION(!(config.amsgrad && config.torch_adam == false), "amsgrad",
+                        "is true but torch_adam is false: the fused Adam has no AMSGrad; set "
+                        "\"torch_adam\": true (or drop amsgrad)");
+}
+
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         std::vector<torch::Tensor> params) {
+  validate(config);
   const auto betas = std::make_tuple(config.betas[0], config.betas[1]);
   // NOTE: [fused by device] "Adam"/"AdamW" use FusedAdamW when asked (torch_adam false)
   // or, unset, when the parameters are on CUDA (one kernel for all parameters, as
@@ -55,28 +87,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c
                                                    .weight_decay(config.weight_decay)
                                                    .nesterov(config.nesterov));
   }
-  throw ConfigError(c10::str("optimizer.type \"", config.type,
-                             "\" is not supported; use one of: Adam, AdamW, SGD"));
-}
-
-std::unique_ptr<Schedule> make_scheduler(const SchedulerConfig& config,
-                                         torch::optim::Optimizer& optimizer) {
-  return std::visit(
-      [&](const auto& options) -> std::unique_ptr<Schedule> {
-        using T = std::decay_t<decltype(options)>;
-        if constexpr (std::is_same_v<T, WarmupLROptions>) {
-          return std::make_unique<WarmupLR>(optimizer, options);
-        } else if constexpr (std::is_same_v<T, WarmupDecayLROptions>) {
-          return std::make_unique<WarmupDecayLR>(optimizer, options);
-        } else if constexpr (std::is_same_v<T, WarmupCosineLROptions>) {
-          return std::make_unique<WarmupCosineLR>(optimizer, options);
-        } else if constexpr (std::is_same_v<T, OneCycleOptions>) {
-          return std::make_unique<OneCycle>(optimizer, options);
-        } else {
-          return std::make_unique<LRRangeTest>(optimizer, options);
-        }
-      },
-      config.params);
+  TORCH_INTERNAL_ASSERT(false, "validate() let optimizer type \"", config.type, "\" through");
 }
 
 }  // namespace stepwise

@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <variant>
 #include <vector>
 
 namespace stepwise {
@@ -60,14 +59,12 @@ struct OptimizerConfig {
   bool nesterov = false;
 };
 
-/// The `"scheduler"` section: its type name and typed parameters.
+/// The `"scheduler"` section: the typed parameters of one schedule.
 struct SchedulerConfig {
-  /// The type name as in DeepSpeed's config.
-  std::string type;
-  /// The typed parameters of that schedule.
-  std::variant<WarmupLROptions, WarmupDecayLROptions, WarmupCosineLROptions, OneCycleOptions,
-               LRRangeTestOptions>
-      params;
+  /// The schedule's options; which alternative it holds is the schedule's type.
+  ScheduleOptions params;
+  /// The type name as in DeepSpeed's config ("WarmupLR", ...).
+  std::string type() const;
 };
 
 /// The `"fp16"` section (DeepSpeed's keys and defaults).
@@ -157,7 +154,20 @@ struct Config {
   BatchSizes resolve_batch_sizes(int64_t world_size) const;
 };
 
-/// Every top-level key stepwise accepts, for docs and error messages.
-const std::vector<std::string>& supported_top_level_keys();
+/// One key Config::from_json accepts.
+struct ConfigKey {
+  /// Its JSON path, for example "optimizer.params.lr".
+  std::string path;
+  /// "integer", "number", "bool", "string", "[number, number]" or "object".
+  std::string type;
+  /// The value used when the key is absent, as JSON ("0.001", "\"log\""), or
+  /// "unset", "required" or (for an object) "none".
+  std::string default_value;
+};
+
+/// Every key the parser accepts, with its type and default, in the order the
+/// parser reads them. Recorded from the parser's own reads, so it cannot drift
+/// from what from_json accepts (see docs/config.md, which is checked against it).
+const std::vector<ConfigKey>& config_keys();
 
 }  // namespace stepwise

@@ -8,9 +8,11 @@
 //     std::cerr << e.what() << "\n";  // names the JSON path, the value, the fix
 //   }
 //
-// Two kinds: `ConfigError` for a bad configuration (a JSON key, a value, an
+// Three kinds: `ConfigError` for a bad configuration (a JSON key, a value, an
 // option), `UsageError` for a training loop that calls the engine in an order
-// that would silently give wrong weights (the guard rails).
+// that would silently give wrong weights (the guard rails), `TrainingError` for
+// a run that cannot go on as configured (fp16 gradients that overflow even at
+// the minimum loss scale).
 #pragma once
 
 #include <c10/util/StringUtil.h>
@@ -27,6 +29,18 @@ class ConfigError : public std::invalid_argument {
  public:
   /// Builds the error from its full message.
   explicit ConfigError(const std::string& message) : std::invalid_argument(message) {}
+  /// An error about one option: the message is `option`, a space, then `problem`.
+  /// The config parser rethrows it with the option's JSON path in place of its name.
+  ConfigError(const std::string& option, const std::string& problem)
+      : std::invalid_argument(option + " " + problem), option_(option), problem_(problem) {}
+  /// The option the message starts with; empty when the error is not about one option.
+  const std::string& option() const { return option_; }
+  /// The message after the option's name; empty when option() is.
+  const std::string& problem() const { return problem_; }
+
+ private:
+  std::string option_;
+  std::string problem_;
 };
 
 /// The training loop called the engine in an order that breaks the contract
@@ -36,6 +50,14 @@ class UsageError : public std::logic_error {
  public:
   /// Builds the error from its full message.
   explicit UsageError(const std::string& message) : std::logic_error(message) {}
+};
+
+/// The run cannot go on as configured, for example fp16 gradients that overflow
+/// again at fp16.min_loss_scale. The message says what to change.
+class TrainingError : public std::runtime_error {
+ public:
+  /// Builds the error from its full message.
+  explicit TrainingError(const std::string& message) : std::runtime_error(message) {}
 };
 
 }  // namespace stepwise

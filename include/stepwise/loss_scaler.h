@@ -44,7 +44,8 @@ struct LossScalerOptions {
 /// The loss scale and its update rule. see NOTE: [loss scale rule]
 class LossScaler {
  public:
-  /// A scaler with `options`; throws ConfigError for invalid values.
+  /// A scaler with `options`; throws ConfigError naming the option (scale_window,
+  /// min_scale, ...) for an invalid value. Scales are finite, > 0 and fit a float.
   explicit LossScaler(const LossScalerOptions& options = {});
   /// The scaler the `"fp16"` config section describes.
   static LossScaler from_config(const Fp16Config& config);
@@ -52,7 +53,7 @@ class LossScaler {
   /// The current scale S.
   double scale() const { return scale_; }
   /// Records one boundary: `overflow` whether any gradient was inf or nan.
-  /// Throws std::runtime_error when a dynamic scale at min_scale overflows again.
+  /// Throws TrainingError when a dynamic scale at min_scale overflows again.
   void update(bool overflow);
 
   /// Boundaries recorded so far.

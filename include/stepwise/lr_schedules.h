@@ -10,9 +10,9 @@
 //   // schedule(k). Inside a stepwise::Engine, the ENGINE calls step() at each
 //   // applied optimizer step: do not call it yourself.
 //
-// The formulas are DeepSpeed's (deepspeed/runtime/lr_schedules.py, v0.14) as
-// functions of `lbi` (DeepSpeed's last_batch_iteration). `lr_at(lbi)` exposes
-// them directly.
+// The formulas are DeepSpeed's (lr_schedules.py, v0.14) as functions of `lbi`
+// (DeepSpeed's last_batch_iteration), exposed by `lr_at(lbi)`. A schedule is its
+// options and the optimizer it drives: construction validates, then sets lr = schedule(0).
 //
 // NOTE: [step mapping] PyTorch's LRScheduler convention: the constructor sets
 // lr = schedule(0); the k-th step() sets lr = schedule(k). So optimizer step k
@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace stepwise {
@@ -34,12 +35,14 @@ namespace stepwise {
 /// How a warmup ramps from its minimum to its maximum.
 enum class WarmupType { kLog, kLinear };
 
-/// Parses "log" or "linear"; anything else is a ConfigError naming `path`.
+/// The warmup type names as spelled in the config, in WarmupType's order.
+const std::vector<std::string>& warmup_type_names();
+/// Parses one of warmup_type_names(); anything else is a ConfigError naming `path`.
 WarmupType parse_warmup_type(const std::string& value, const std::string& path);
 /// "log" or "linear".
 std::string to_string(WarmupType type);
 
-/// Options of WarmupLR (DeepSpeed's defaults).
+/// Options of WarmupLR (DeepSpeed's defaults). Lrs are finite, >= 0 and fit a float.
 struct WarmupLROptions {
   /// Lr at the start of the warmup (lbi 0).
   TORCH_ARG(double, warmup_min_lr) = 0.0;
@@ -51,21 +54,15 @@ struct WarmupLROptions {
   TORCH_ARG(WarmupType, warmup_type) = WarmupType::kLog;
 };
 
-/// Options of WarmupDecayLR: WarmupLR, then a linear decay to 0 at total_num_steps.
+/// Options of WarmupDecayLR: a WarmupLR warmup, then a linear decay to 0 at total_num_steps.
 struct WarmupDecayLROptions {
-  /// Total scheduler steps T; must exceed warmup_num_steps.
+  /// The warmup, as WarmupLR's options.
+  TORCH_ARG(WarmupLROptions, warmup);
+  /// Total scheduler steps T; must exceed the warmup's warmup_num_steps.
   TORCH_ARG(int64_t, total_num_steps) = 0;
-  /// Lr at the start of the warmup (lbi 0).
-  TORCH_ARG(double, warmup_min_lr) = 0.0;
-  /// Lr at the end of the warmup.
-  TORCH_ARG(double, warmup_max_lr) = 1e-3;
-  /// Warmup length W in scheduler steps (>= 2 for log warmup).
-  TORCH_ARG(int64_t, warmup_num_steps) = 1000;
-  /// Shape of the warmup: log (DeepSpeed default) or linear.
-  TORCH_ARG(WarmupType, warmup_type) = WarmupType::kLog;
 };
 
-/// Options of WarmupCosineLR: ratios of the optimizer's own lr.
+/// Options of WarmupCosineLR: ratios (in [0, 1]) of the optimizer's own lr.
 struct WarmupCosineLROptions {
   /// Total scheduler steps T; must exceed warmup_num_steps.
   TORCH_ARG(int64_t, total_num_steps) = 0;
@@ -85,7 +82,7 @@ struct OneCycleOptions {
   TORCH_ARG(double, cycle_min_lr) = 0.0;
   /// Highest lr of the cycle.
   TORCH_ARG(double, cycle_max_lr) = 0.0;
-  /// Lr decay rate after the cycle.
+  /// Lr decay rate after the cycle (>= 0).
   TORCH_ARG(double, decay_lr_rate) = 0.0;
   /// Steps from cycle_min_lr up to cycle_max_lr.
   TORCH_ARG(int64_t, cycle_first_step_size) = 2000;
@@ -95,11 +92,11 @@ struct OneCycleOptions {
   TORCH_ARG(int64_t, decay_step_size) = 0;
   /// Cycle beta1 inversely to the lr (Adam/AdamW only).
   TORCH_ARG(bool, cycle_momentum) = true;
-  /// Lowest momentum (at the lr peak).
+  /// Lowest momentum (at the lr peak), in [0, 1).
   TORCH_ARG(double, cycle_min_mom) = 0.8;
-  /// Highest momentum (at the cycle ends).
+  /// Highest momentum (at the cycle ends), in [0, 1).
   TORCH_ARG(double, cycle_max_mom) = 0.9;
-  /// Momentum growth rate after the cycle.
+  /// Momentum growth rate after the cycle (>= 0).
   TORCH_ARG(double, decay_mom_rate) = 0.0;
 };
 
@@ -109,68 +106,67 @@ struct LRRangeTestOptions {
   TORCH_ARG(double, lr_range_test_min_lr) = 1e-3;
   /// Steps per interval of growth.
   TORCH_ARG(int64_t, lr_range_test_step_size) = 2000;
-  /// Lr growth per interval, as a fraction of the min lr.
+  /// Lr growth per interval, as a fraction of the min lr (>= 0).
   TORCH_ARG(double, lr_range_test_step_rate) = 1.0;
   /// Grow in whole intervals instead of continuously.
   TORCH_ARG(bool, lr_range_test_staircase) = false;
 };
 
-/// Base of stepwise's schedules: a torch::optim::LRScheduler whose lr is a pure
-/// function of `lbi`, with the step mapping of NOTE: [step mapping].
+/// The options of any one schedule, in supported_scheduler_types()' order.
+using ScheduleOptions = std::variant<WarmupLROptions, WarmupDecayLROptions, WarmupCosineLROptions,
+                                     OneCycleOptions, LRRangeTestOptions>;
+
+/// The schedule names as spelled in DeepSpeed's config, in ScheduleOptions' order.
+const std::vector<std::string>& supported_scheduler_types();
+/// Default options of the schedule named `type`; an unknown name is a ConfigError
+/// naming `path` and the supported names.
+ScheduleOptions default_schedule_options(const std::string& type, const std::string& path);
+/// Throws ConfigError naming the option, its value and the valid range when an
+/// option is invalid. Every schedule's constructor calls it.
+void validate(const ScheduleOptions& options);
+
+/// One of DeepSpeed's schedules driving an optimizer: a torch::optim::LRScheduler
+/// whose lr is a pure function of `lbi`, with the step mapping of NOTE: [step mapping].
 class Schedule : public torch::optim::LRScheduler {
  public:
+  /// Validates `options`, records the optimizer's lrs, and sets every group's lr
+  /// to lr_at(0) (for OneCycle, beta1 to its momentum at 0 too).
+  Schedule(torch::optim::Optimizer& optimizer, ScheduleOptions options);
   /// The schedule's name as in DeepSpeed's config ("WarmupLR", ...).
-  virtual std::string name() const = 0;
+  std::string name() const;
   /// The lr of every parameter group at last_batch_iteration `lbi` (>= 0).
-  virtual std::vector<double> lr_at(int64_t lbi) const = 0;
+  std::vector<double> lr_at(int64_t lbi) const;
+  /// The options it was built with.
+  const ScheduleOptions& options() const { return options_; }
+  /// Whether beta1 is cycled (OneCycle with Adam/AdamW; false otherwise).
+  bool cycles_momentum() const { return cycle_momentum_; }
   /// How many times step() was called since construction.
   int64_t step_count() const { return step_count_; }
 
  protected:
-  /// Takes the optimizer whose lrs it sets; records their current values.
-  explicit Schedule(torch::optim::Optimizer& optimizer);
-  /// Sets every group's lr to lr_at(0): call at the end of a derived constructor.
-  void start();
-  /// Hook after the lrs were computed for `lbi` (OneCycle sets momentum here).
-  virtual void on_lbi(int64_t /*lbi*/) {}
   /// LRScheduler hook: the lrs after this step (see NOTE: [step mapping]).
   std::vector<double> get_lrs() override;
-  /// The optimizer whose groups it updates.
+
+ private:
+  void set_momentum(int64_t lbi);
   torch::optim::Optimizer& optimizer_;
-  /// Each group's lr when the schedule was created.
   std::vector<double> base_lrs_;
+  ScheduleOptions options_;
+  bool cycle_momentum_;
 };
 
 /// lr = min + (max - min) * gamma, gamma rising to 1 over warmup_num_steps.
 class WarmupLR : public Schedule {
  public:
-  /// Sets the optimizer's lr to schedule(0).
+  /// Validates, then sets the optimizer's lr to schedule(0).
   WarmupLR(torch::optim::Optimizer& optimizer, const WarmupLROptions& options);
-  std::string name() const override { return "WarmupLR"; }
-  std::vector<double> lr_at(int64_t lbi) const override;
-
- protected:
-  /// For derived classes: validates and stores, without setting the lr yet.
-  WarmupLR(torch::optim::Optimizer& optimizer, const WarmupLROptions& options, bool);
-  /// Warmup fraction in [0, 1] at `lbi`; derived classes add a decay.
-  virtual double gamma(int64_t lbi) const;
-  /// The warmup fraction alone (1 once lbi >= warmup_num_steps).
-  double warmup_gamma(int64_t lbi) const;
-  /// The options it was built with.
-  WarmupLROptions options_;
 };
 
 /// WarmupLR, then gamma = max(0, (T - lbi) / max(1, T - warmup_num_steps)).
-class WarmupDecayLR : public WarmupLR {
+class WarmupDecayLR : public Schedule {
  public:
   /// Sets the optimizer's lr to schedule(0).
   WarmupDecayLR(torch::optim::Optimizer& optimizer, const WarmupDecayLROptions& options);
-  std::string name() const override { return "WarmupDecayLR"; }
-
- protected:
-  double gamma(int64_t lbi) const override;
-  /// T, where the decay reaches 0.
-  int64_t total_num_steps_;
 };
 
 /// Warmup from warmup_min_ratio to 1, then cosine to cos_min_ratio, times the
@@ -179,13 +175,8 @@ class WarmupCosineLR : public Schedule {
  public:
   /// Sets the optimizer's lr to schedule(0).
   WarmupCosineLR(torch::optim::Optimizer& optimizer, const WarmupCosineLROptions& options);
-  std::string name() const override { return "WarmupCosineLR"; }
-  std::vector<double> lr_at(int64_t lbi) const override;
   /// The multiplier of the optimizer's own lr at `lbi`.
   double ratio_at(int64_t lbi) const;
-
- private:
-  WarmupCosineLROptions options_;
 };
 
 /// The 1cycle policy: lr up then down over one cycle, then decay; momentum
@@ -195,22 +186,8 @@ class OneCycle : public Schedule {
  public:
   /// Sets the optimizer's lr to schedule(0) and, for Adam/AdamW, beta1 to momentum_at(0).
   OneCycle(torch::optim::Optimizer& optimizer, const OneCycleOptions& options);
-  std::string name() const override { return "OneCycle"; }
-  std::vector<double> lr_at(int64_t lbi) const override;
   /// The momentum (beta1) at `lbi`.
   double momentum_at(int64_t lbi) const;
-  /// Whether beta1 is cycled (false for optimizers without betas).
-  bool cycles_momentum() const { return cycle_momentum_; }
-
- protected:
-  void on_lbi(int64_t lbi) override;
-
- private:
-  double scale_factor(int64_t lbi) const;
-  OneCycleOptions options_;
-  double total_size_;
-  double step_ratio_;
-  bool cycle_momentum_;
 };
 
 /// lr = min_lr * (1 + step_rate * interval), interval = (lbi + 1) / step_size
@@ -219,16 +196,13 @@ class LRRangeTest : public Schedule {
  public:
   /// Sets the optimizer's lr to schedule(0).
   LRRangeTest(torch::optim::Optimizer& optimizer, const LRRangeTestOptions& options);
-  std::string name() const override { return "LRRangeTest"; }
-  std::vector<double> lr_at(int64_t lbi) const override;
-
- private:
-  LRRangeTestOptions options_;
 };
 
+/// Builds the schedule `options` describe (a WarmupLR, ...), driving `optimizer`.
+std::unique_ptr<Schedule> make_scheduler(const ScheduleOptions& options,
+                                         torch::optim::Optimizer& optimizer);
 /// The lr of every parameter group of `optimizer`.
 std::vector<double> current_lrs(torch::optim::Optimizer& optimizer);
-
 /// How many times step() was called on any torch::optim::LRScheduler.
 int64_t scheduler_step_count(const torch::optim::LRScheduler& scheduler);
 

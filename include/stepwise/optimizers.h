@@ -19,6 +19,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace stepwise {
@@ -26,13 +27,13 @@ namespace stepwise {
 /// The optimizer types make_optimizer accepts, as spelled in the config.
 const std::vector<std::string>& supported_optimizer_types();
 
-/// Builds the optimizer `config` describes over `params`. Throws ConfigError
-/// for an unknown type.
+/// Throws ConfigError naming the option (`type`, `lr`, `betas`, ...), its value and
+/// what would be valid, for an unknown type or a value out of range. Lrs, weight
+/// decay and momentum are finite, >= 0 and fit a float; betas are in [0, 1).
+void validate(const OptimizerConfig& config);
+
+/// Builds the optimizer `config` describes over `params`, after validate(config).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         std::vector<torch::Tensor> params);
-
-/// Builds the schedule `config` describes, driving `optimizer`.
-std::unique_ptr<Schedule> make_scheduler(const SchedulerConfig& config,
-                                         torch::optim::Optimizer& optimizer);
 
 }  // namespace stepwise

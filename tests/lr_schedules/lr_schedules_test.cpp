@@ -47,7 +47,7 @@ TEST(LRSchedules, EveryReferenceRowTo1e12) {
     auto optimizer = optimizer_for("SGD", row["opt_lr"]);
     auto config = Config::from_json(
         {{"train_batch_size", 1}, {"scheduler", {{"type", type}, {"params", row["params"]}}}});
-    auto schedule = make_scheduler(*config.scheduler, *optimizer);
+    auto schedule = make_scheduler(config.scheduler->params, *optimizer);
     const int64_t lbi = row["lbi"];
     const double expected = row["lr"];
     const double actual = schedule->lr_at(lbi).at(0);
@@ -131,7 +131,8 @@ TEST(LRSchedules, OneCycleWithoutDecayStepSizeHoldsMinLr) {
 TEST(LRSchedules, ConstructorErrorsNameTheParameter) {
   auto optimizer = optimizer_for("AdamW", 0.1);
   try {
-    WarmupDecayLR(*optimizer, WarmupDecayLROptions().total_num_steps(5).warmup_num_steps(10));
+    WarmupDecayLR(*optimizer, WarmupDecayLROptions().total_num_steps(5).warmup(
+                                  WarmupLROptions().warmup_num_steps(10)));
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(), "total_num_steps (5) must be greater than warmup_num_steps (10)");
@@ -144,6 +145,69 @@ TEST(LRSchedules, ConstructorErrorsNameTheParameter) {
                  "warmup_num_steps must be >= 2 with warmup_type \"log\" (ln(1) = 0), got 1; "
                  "use warmup_type \"linear\" or more steps");
   }
+}
+
+TEST(LRSchedules, OptionsOutOfRangeAreConfigErrorsNamingTheOption) {
+  auto optimizer = optimizer_for("AdamW", 0.1);
+  auto error = [&](const ScheduleOptions& options) -> std::string {
+    try {
+      make_scheduler(options, *optimizer);
+    } catch (const ConfigError& e) {
+      EXPECT_FALSE(e.option().empty()) << e.what();
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(error(WarmupLROptions().warmup_max_lr(1e308)),
+            "warmup_max_lr must be a finite number in [0, 3.40282e+38], got 1e+308");
+  EXPECT_EQ(error(WarmupLROptions().warmup_min_lr(std::nan(""))),
+            "warmup_min_lr must be a finite number in [0, 3.40282e+38], got nan");
+  EXPECT_EQ(error(WarmupCosineLROptions().total_num_steps(2000).cos_min_ratio(-0.5)),
+            "cos_min_ratio must be a finite number in [0, 1], got -0.5");
+  EXPECT_EQ(error(OneCycleOptions().cycle_max_lr(1).decay_lr_rate(-1)),
+            "decay_lr_rate must be a finite number in [0, 3.40282e+38], got -1");
+  EXPECT_EQ(error(OneCycleOptions().cycle_max_lr(1).cycle_min_mom(-0.1)),
+            "cycle_min_mom must be a momentum (beta1) in [0, 1), got -0.1");
+  EXPECT_EQ(error(LRRangeTestOptions().lr_range_test_step_rate(-2)),
+            "lr_range_test_step_rate must be a finite number in [0, 3.40282e+38], got -2");
+  // The optimizer's lr is untouched by a schedule that was refused.
+  EXPECT_DOUBLE_EQ(current_lrs(*optimizer).at(0), 0.1);
+}
+
+TEST(LRSchedules, AnLrBeyondFloatIsATrainingErrorNotALibTorchOne) {
+  // LRRangeTest grows without bound: lbi 0 gives 3e38, lbi 1 gives 6e38.
+  auto optimizer = optimizer_for("SGD", 0.1);
+  LRRangeTest schedule(*optimizer, LRRangeTestOptions()
+                                       .lr_range_test_min_lr(1.5e38)
+                                       .lr_range_test_step_size(1)
+                                       .lr_range_test_step_rate(1.0)
+                                       .lr_range_test_staircase(true));
+  EXPECT_DOUBLE_EQ(current_lrs(*optimizer).at(0), 3e38);
+  try {
+    schedule.step();
+    FAIL() << "expected TrainingError";
+  } catch (const TrainingError& e) {
+    EXPECT_STREQ(e.what(),
+                 "LRRangeTest: the lr at last_batch_iteration 1 is 4.5e+38, beyond what a float "
+                 "holds; lower the schedule's rates or step sizes");
+  }
+}
+
+TEST(LRSchedules, NamesComeFromOneListInTheVariantsOrder) {
+  const auto& names = supported_scheduler_types();
+  ASSERT_EQ(names.size(), std::variant_size_v<ScheduleOptions>);
+  auto optimizer = optimizer_for("AdamW", 0.1);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto options = default_schedule_options(names[i], "scheduler.type");
+    EXPECT_EQ(options.index(), i);
+    // Defaults that need no more than a total to be valid.
+    if (auto* decay = std::get_if<WarmupDecayLROptions>(&options)) decay->total_num_steps(2000);
+    if (auto* cosine = std::get_if<WarmupCosineLROptions>(&options)) cosine->total_num_steps(2000);
+    if (auto* cycle = std::get_if<OneCycleOptions>(&options)) cycle->cycle_max_lr(0.01);
+    EXPECT_EQ(make_scheduler(options, *optimizer)->name(), names[i]);
+  }
+  EXPECT_EQ(warmup_type_names(), (std::vector<std::string>{"log", "linear"}));
+  EXPECT_EQ(to_string(parse_warmup_type("linear", "p")), "linear");
 }
 
 }  // namespace

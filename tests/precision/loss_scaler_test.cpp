@@ -60,9 +60,9 @@ TEST(LossScaler, OverflowAtMinScaleIsAnError) {
   try {
     scaler.update(O);
     FAIL() << "expected an error";
-  } catch (const std::runtime_error& e) {
+  } catch (const TrainingError& e) {
     EXPECT_STREQ(e.what(),
-                 "fp16 loss scale is already at fp16.min_loss_scale (1) and the gradients "
+                 "fp16 loss scale is already at its minimum (1) and the gradients "
                  "overflowed again at boundary 1: the model produces inf/nan gradients even "
                  "unscaled. Lower the learning rate, check the data for inf/nan, or train in "
                  "bf16 or fp32");
@@ -99,13 +99,19 @@ TEST(LossScaler, InvalidOptionsAreConfigErrors) {
     }
     return "no error";
   };
+  // A C++-built scaler names its own options, not the fp16.* keys of a config.
   EXPECT_EQ(error(LossScalerOptions().scale_window(0)),
-            "fp16.loss_scale_window must be a positive integer, got 0");
+            "scale_window must be a positive integer, got 0");
   EXPECT_EQ(error(LossScalerOptions().hysteresis(0)),
-            "fp16.hysteresis must be a positive integer, got 0");
+            "hysteresis must be a positive integer, got 0");
   EXPECT_EQ(error(LossScalerOptions().init_scale(4).min_scale(8)),
-            "fp16.min_loss_scale (8) must not exceed the initial scale (4)");
-  EXPECT_EQ(error(LossScalerOptions().init_scale(0)), "the initial loss scale must be > 0, got 0");
+            "min_scale (8) must not exceed the initial scale (4)");
+  EXPECT_EQ(error(LossScalerOptions().init_scale(0)),
+            "init_scale must be a finite number in (0, 3.40282e+38], got 0");
+  EXPECT_EQ(error(LossScalerOptions().init_scale(1e39)),
+            "init_scale must be a finite number in (0, 3.40282e+38], got 1e+39");
+  EXPECT_EQ(error(LossScalerOptions().min_scale(-1)),
+            "min_scale must be a finite number in (0, 3.40282e+38], got -1");
 }
 
 }  // namespace
