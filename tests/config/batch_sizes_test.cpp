@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/error_of.h"
+
 namespace stepwise {
 namespace {
 
@@ -56,12 +58,15 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 std::string error_of(const std::string& json, int64_t world = 1) {
-  try {
-    Config::from_string(json).resolve_batch_sizes(world);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no error";
+  return testing::error_of<ConfigError>(
+      [&] { Config::from_string(json).resolve_batch_sizes(world); });
+}
+
+TEST(BatchSizes, ProductsThatOverflowInt64AreConfigErrors) {
+  EXPECT_EQ(error_of(R"({"train_micro_batch_size_per_gpu": 4611686018427387904,
+                         "gradient_accumulation_steps": 4})"),
+            "batch sizes too large: 4611686018427387904 * 4 overflows a 64-bit integer; check "
+            "train_batch_size, train_micro_batch_size_per_gpu and gradient_accumulation_steps");
 }
 
 TEST(BatchSizes, NeitherTbNorMbsIsAnError) {

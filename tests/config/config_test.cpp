@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/error_of.h"
+
 #include <cstdio>
 #include <fstream>
 
@@ -11,12 +13,37 @@ namespace stepwise {
 namespace {
 
 std::string error_of(const std::string& json) {
+  return testing::error_of<ConfigError>([&] { Config::from_string(json); });
+}
+
+TEST(Config, AnOptionsErrorNamesItsOptionAndTheParserItsPath) {
   try {
-    Config::from_string(json);
+    validate(ScheduleOptions(WarmupLROptions().warmup_max_lr(-1)));
+    FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    return e.what();
+    EXPECT_EQ(e.option(), "warmup_max_lr");
+    EXPECT_EQ(e.problem(), "must be a finite number in [0, 3.40282e+38], got -1");
   }
-  return "no error";
+  EXPECT_EQ(error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": -1}}})"),
+            "scheduler.params.warmup_max_lr must be a finite number in [0, 3.40282e+38], got -1");
+}
+
+TEST(Config, ConfigKeysAreTheParsersOwnReads) {
+  const auto& keys = config_keys();
+  auto find = [&](const std::string& path) {
+    for (const auto& k : keys) {
+      if (k.path == path) return k;
+    }
+    return ConfigKey{path, "missing", "missing"};
+  };
+  EXPECT_EQ(keys.size(), 59u);
+  EXPECT_EQ(find("optimizer.params.betas").type, "[number, number]");
+  EXPECT_EQ(find("optimizer.params.betas").default_value, "[0.9,0.999]");
+  EXPECT_EQ(find("scheduler.params.total_num_steps").default_value, "required");
+  EXPECT_EQ(find("scheduler.params.warmup_type").default_value, "\"log\"");
+  EXPECT_EQ(find("train_batch_size").default_value, "unset");
+  EXPECT_EQ(find("fp16").type, "object");
+  EXPECT_EQ(find("fp16").default_value, "none");
 }
 
 TEST(Config, ParsesADeepSpeedConfig) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/error_of.h"
 #include "support/reference_problem.h"
 
 namespace stepwise {
@@ -31,12 +32,7 @@ struct Fixture {
 
 template <typename F>
 std::string usage_error(F&& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "no error";
+  return testing::error_of<UsageError>(std::forward<F>(f));
 }
 
 TEST(GuardRails, BackwardTwiceWithoutStep) {

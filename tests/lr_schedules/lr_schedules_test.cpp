@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 
+#include "support/error_of.h"
 #include "support/reference_problem.h"
 
 namespace stepwise {
@@ -149,14 +150,8 @@ TEST(LRSchedules, ConstructorErrorsNameTheParameter) {
 
 TEST(LRSchedules, OptionsOutOfRangeAreConfigErrorsNamingTheOption) {
   auto optimizer = optimizer_for("AdamW", 0.1);
-  auto error = [&](const ScheduleOptions& options) -> std::string {
-    try {
-      make_scheduler(options, *optimizer);
-    } catch (const ConfigError& e) {
-      EXPECT_FALSE(e.option().empty()) << e.what();
-      return e.what();
-    }
-    return "no error";
+  auto error = [&](const ScheduleOptions& options) {
+    return testing::error_of<ConfigError>([&] { make_scheduler(options, *optimizer); });
   };
   EXPECT_EQ(error(WarmupLROptions().warmup_max_lr(1e308)),
             "warmup_max_lr must be a finite number in [0, 3.40282e+38], got 1e+308");

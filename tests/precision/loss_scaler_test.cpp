@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/error_of.h"
+
 #include <vector>
 
 namespace stepwise {
@@ -91,13 +93,8 @@ TEST(LossScaler, FromConfigUsesDeepSpeedsKeys) {
 }
 
 TEST(LossScaler, InvalidOptionsAreConfigErrors) {
-  auto error = [](const LossScalerOptions& o) -> std::string {
-    try {
-      LossScaler s(o);
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    return "no error";
+  auto error = [](const LossScalerOptions& o) {
+    return testing::error_of<ConfigError>([&] { LossScaler s(o); });
   };
   // A C++-built scaler names its own options, not the fp16.* keys of a config.
   EXPECT_EQ(error(LossScalerOptions().scale_window(0)),
