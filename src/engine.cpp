@@ -119,8 +119,9 @@ void Engine::check_scheduler_not_stepped_elsewhere() const {
   const int64_t seen = scheduler_step_count(*scheduler_) - scheduler_steps_at_start_;
   STEPWISE_CHECK(seen == scheduler_steps_taken_, UsageError,
                  "the LR scheduler owned by the engine was stepped outside it: it has taken ", seen,
-                 " steps, the engine stepped it ", scheduler_steps_taken_,
-                 " times. Remove your scheduler.step() call: engine.step() steps the scheduler "
+                 seen == 1 ? " step" : " steps", ", the engine stepped it ", scheduler_steps_taken_,
+                 scheduler_steps_taken_ == 1 ? " time" : " times",
+                 ". Remove your scheduler.step() call: engine.step() steps the scheduler "
                  "at each accumulation boundary (not on skipped steps). See ",
                  kCadenceDocs, ", pitfall 3.");
 }

@@ -20,7 +20,7 @@ namespace stepwise {
 
 /// The docs page the guard-rail messages point at.
 inline constexpr const char* kCadenceDocs =
-    "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation)";
+    "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation guide)";
 
 /// Counters and the boundary rule (docs/engine.md, "Counters").
 class Accumulator {

@@ -102,7 +102,7 @@ struct StepwiseOptions {
   int64_t reduce_bucket_size = 500000000;
 };
 
-/// Batch sizes after SEMANTICS section 2: tb == micro_batch * gas * world_size.
+/// Resolved batch sizes: tb == micro_batch * gas * world_size (docs/config.md, "Batch sizes").
 struct BatchSizes {
   /// Samples per optimizer step over all ranks (tb).
   int64_t train_batch_size = 0;

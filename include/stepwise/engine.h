@@ -96,7 +96,8 @@ class Engine {
   bool is_gradient_accumulation_boundary() const { return accumulator_.is_boundary(); }
   /// Optimizer steps taken or skipped (+1 at every boundary).
   int64_t global_steps() const { return accumulator_.global_steps(); }
-  /// step() calls so far (+1 each call).
+  /// Micro-steps so far: +1 for each step() call; flush() moves it on to the
+  /// end of the window it ends (the micro-steps that window did not get).
   int64_t micro_steps() const { return accumulator_.micro_steps(); }
   /// Boundaries whose optimizer step was skipped (fp16 overflow).
   int64_t skipped_steps() const { return accumulator_.skipped_steps(); }

@@ -38,12 +38,13 @@ std::string usage_error(F&& f) {
 TEST(GuardRails, BackwardTwiceWithoutStep) {
   Fixture f;
   f.engine.backward(f.loss());
-  EXPECT_EQ(usage_error([&] { f.engine.backward(f.loss(1)); }),
-            "engine.backward() was called twice without engine.step() in between (at "
-            "micro_steps 0): call engine.step() after every engine.backward(), also between "
-            "accumulation boundaries. The engine counts micro-batches in step(); see "
-            "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation), pitfall 4. "
-            "To allow this anyway set \"stepwise\": {\"strict_cadence\": false}.");
+  EXPECT_EQ(
+      usage_error([&] { f.engine.backward(f.loss(1)); }),
+      "engine.backward() was called twice without engine.step() in between (at "
+      "micro_steps 0): call engine.step() after every engine.backward(), also between "
+      "accumulation boundaries. The engine counts micro-batches in step(); see "
+      "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation guide), pitfall 4. "
+      "To allow this anyway set \"stepwise\": {\"strict_cadence\": false}.");
 }
 
 TEST(GuardRails, StepWithoutBackward) {
@@ -51,7 +52,7 @@ TEST(GuardRails, StepWithoutBackward) {
   EXPECT_EQ(usage_error([&] { f.engine.step(); }),
             "engine.step() was called without a preceding engine.backward() (at micro_steps "
             "0): call engine.backward(loss) once per micro-batch, then engine.step(). See "
-            "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation). To allow "
+            "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation guide). To allow "
             "this anyway set \"stepwise\": {\"strict_cadence\": false}.");
 }
 
@@ -61,7 +62,7 @@ TEST(GuardRails, FlushRightAfterBackward) {
   EXPECT_EQ(usage_error([&] { f.engine.flush(); }),
             "engine.flush() was called right after engine.backward(): call engine.step() "
             "first (after every backward()), then flush() at the end of the epoch. See "
-            "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation).");
+            "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation guide).");
 }
 
 TEST(GuardRails, UserSteppingTheEnginesScheduler) {
@@ -72,11 +73,12 @@ TEST(GuardRails, UserSteppingTheEnginesScheduler) {
   }
   f.engine.lr_scheduler()->step();  // the leftover line of a plain LibTorch loop
   f.engine.backward(f.loss(2));
-  EXPECT_EQ(usage_error([&] { f.engine.step(); }),
-            "the LR scheduler owned by the engine was stepped outside it: it has taken 2 steps, "
-            "the engine stepped it 1 times. Remove your scheduler.step() call: engine.step() "
-            "steps the scheduler at each accumulation boundary (not on skipped steps). See "
-            "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation), pitfall 3.");
+  EXPECT_EQ(
+      usage_error([&] { f.engine.step(); }),
+      "the LR scheduler owned by the engine was stepped outside it: it has taken 2 steps, "
+      "the engine stepped it 1 time. Remove your scheduler.step() call: engine.step() "
+      "steps the scheduler at each accumulation boundary (not on skipped steps). See "
+      "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation guide), pitfall 3.");
 }
 
 TEST(GuardRails, UserSteppingAClientScheduler) {
@@ -92,7 +94,7 @@ TEST(GuardRails, UserSteppingAClientScheduler) {
   auto [x, y] = reference_samples(0, 2);
   engine.backward(torch::mse_loss(model->forward(x), y));
   EXPECT_NE(usage_error([&] { engine.step(); })
-                .find("it has taken 1 steps, the engine stepped "
+                .find("it has taken 1 step, the engine stepped "
                       "it 0 times. Remove your scheduler.step()"),
             std::string::npos);
 }
