@@ -248,8 +248,7 @@ const std::vector<ConfigKey>& config_keys() {
     // One probe reads every section; one per optimizer and scheduler type reads
     // that type's params. A type with required params throws after reading the
     // others (read_params), which is all the recording needs.
-    std::vector<nlohmann::json> probes = {{{"optimizer", {{"type", "SGD"}}},
-                                           {"fp16", nlohmann::json::object()},
+    std::vector<nlohmann::json> probes = {{{"fp16", nlohmann::json::object()},
                                            {"bf16", nlohmann::json::object()},
                                            {"zero_optimization", nlohmann::json::object()},
                                            {"stepwise", nlohmann::json::object()}}};

@@ -1,5 +1,7 @@
 #include "json_reader.h"
 
+#include "option_checks.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -111,7 +113,9 @@ void ObjectReader::ask(const std::string& key, const char* type, const std::stri
 
 template <class T>
 bool ObjectReader::read(const std::string& key, T& out, const std::string& default_text) {
-  ask(key, type_of(&out), default_text.empty() ? default_of(out) : default_text);
+  // The default is rendered only for config_keys(): parsing itself never needs it.
+  const bool describe = recording != nullptr && default_text.empty();
+  ask(key, type_of(&out), describe ? default_of(out) : default_text);
   if (!json_.contains(key)) return false;
   convert(json_.at(key), out, path_of(key));
   return true;

@@ -15,14 +15,11 @@
 #include <stepwise/config.h>
 #include <stepwise/errors.h>
 
-#include "option_checks.h"
-
 #include <nlohmann/json.hpp>
 
 #include <array>
 #include <cstdint>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 

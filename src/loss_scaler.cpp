@@ -6,18 +6,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <utility>
 
 namespace stepwise {
 
 LossScaler::LossScaler(const LossScalerOptions& options)
     : options_(options), scale_(options.init_scale()), hysteresis_left_(options.hysteresis()) {
   // see NOTE: [option errors]: the config parser names these by their fp16.* keys.
-  for (auto [option, value] : {std::pair{"init_scale", options.init_scale()},
-                               std::pair{"min_scale", options.min_scale()}}) {
-    STEPWISE_CHECK_OPTION(std::isfinite(value) && value > 0.0 && value <= detail::kFloatMax, option,
-                          "must be a finite number in (0, ", detail::kFloatMax, "], got ", value);
-  }
+  using detail::LowerBound;
+  detail::check_in_range("init_scale", options.init_scale(), 0.0, detail::kFloatMax,
+                         LowerBound::kOpen);
+  detail::check_in_range("min_scale", options.min_scale(), 0.0, detail::kFloatMax,
+                         LowerBound::kOpen);
   detail::check_positive("scale_window", options.scale_window());
   detail::check_positive("hysteresis", options.hysteresis());
   STEPWISE_CHECK_OPTION(!options.dynamic() || options.min_scale() <= options.init_scale(),

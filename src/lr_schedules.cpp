@@ -244,7 +244,9 @@ Schedule::Schedule(torch::optim::Optimizer& optimizer, ScheduleOptions options)
   set_momentum(0);
 }
 
-std::string Schedule::name() const { return supported_scheduler_types().at(options_.index()); }
+const std::string& Schedule::name() const {
+  return supported_scheduler_types().at(options_.index());
+}
 
 std::vector<double> Schedule::lr_at(int64_t lbi) const {
   const auto same = [&](double lr) { return std::vector<double>(base_lrs_.size(), lr); };

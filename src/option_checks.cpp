@@ -4,9 +4,12 @@
 
 namespace stepwise::detail {
 
-void check_in_range(const std::string& option, double value, double lo, double hi) {
-  STEPWISE_CHECK_OPTION(std::isfinite(value) && value >= lo && value <= hi, option,
-                        "must be a finite number in [", lo, ", ", hi, "], got ", value);
+void check_in_range(const std::string& option, double value, double lo, double hi,
+                    LowerBound lower) {
+  const bool open = lower == LowerBound::kOpen;
+  STEPWISE_CHECK_OPTION(std::isfinite(value) && (open ? value > lo : value >= lo) && value <= hi,
+                        option, "must be a finite number in ", open ? "(" : "[", lo, ", ", hi,
+                        "], got ", value);
 }
 
 void check_positive(const std::string& option, int64_t value) {

@@ -22,9 +22,13 @@ namespace stepwise::detail {
 /// scale, a clipping norm) must not exceed it.
 inline constexpr double kFloatMax = std::numeric_limits<float>::max();
 
-/// `value` is finite and lo <= value <= hi; otherwise a ConfigError naming
-/// `option`, the value and the range.
-void check_in_range(const std::string& option, double value, double lo, double hi);
+/// Whether a range's lower bound belongs to it: [lo, hi] or (lo, hi].
+enum class LowerBound { kClosed, kOpen };
+
+/// `value` is finite and lo <= value <= hi (lo < value with kOpen); otherwise a
+/// ConfigError naming `option`, the value and the range.
+void check_in_range(const std::string& option, double value, double lo, double hi,
+                    LowerBound lower = LowerBound::kClosed);
 /// `value` >= 1 ("must be a positive integer").
 void check_positive(const std::string& option, int64_t value);
 /// "a, b, c".

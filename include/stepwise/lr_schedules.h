@@ -133,7 +133,7 @@ class Schedule : public torch::optim::LRScheduler {
   /// to lr_at(0) (for OneCycle, beta1 to its momentum at 0 too).
   Schedule(torch::optim::Optimizer& optimizer, ScheduleOptions options);
   /// The schedule's name as in DeepSpeed's config ("WarmupLR", ...).
-  std::string name() const;
+  const std::string& name() const;
   /// The lr of every parameter group at last_batch_iteration `lbi` (>= 0).
   std::vector<double> lr_at(int64_t lbi) const;
   /// The options it was built with.
