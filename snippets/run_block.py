@@ -82,7 +82,27 @@ def compile_fail(args):
     return 0
 
 
+def kept_or_replaced(before, after):
+    """The lines of `before` that `after` neither keeps (the same line, stripped) nor
+    names in a `// before:` comment. Blank lines, comments and lone braces are not lines
+    of behaviour and are not asked for."""
+    after_lines = [l.strip() for l in after.compiled_lines()]
+    replaced = {BEFORE.split(l, 1)[1].strip() for l in after_lines if BEFORE.search(l)}
+    kept = set(after_lines)
+    missing = []
+    for offset, line in enumerate(before.compiled_lines()):
+        text = line.strip()
+        if not text or text.startswith("//") or text.strip("{};") == "":
+            continue
+        if text not in kept and text not in replaced:
+            missing.append((before.first_code_line + offset, text))
+    return missing
+
+
 def before_after(args):
+    """Both directions: every `// before: LINE` of the After program is a line of the
+    Before program, and every line of the Before program is kept in the After program or
+    named there in a `// before:` comment; then both must print the same."""
     root = pathlib.Path(__file__).resolve().parent.parent
     blocks = {b.id: b for b in B.parse_file(root / args.page, root) if b.is_cpp}
     before, after = blocks[args.before], blocks[args.after]
@@ -97,12 +117,17 @@ def before_after(args):
                               f"is not a line of #{args.before}")
     if not found:
         errors.append(f"#{args.after} has no '// before: LINE' comments")
+    for line_no, text in kept_or_replaced(before, after):
+        errors.append(f"{args.page}:{line_no}: '{text}' of #{args.before} is neither kept in "
+                      f"#{args.after} nor named there in a '// before:' comment")
     outs = [subprocess.run([exe], stdout=subprocess.PIPE, text=True, check=True).stdout
             for exe in (args.before_exe, args.after_exe)]
     if outs[0] != outs[1]:
         errors.append(f"#{args.before} and #{args.after} print different results:\n--- {args.before}\n"
                       f"{outs[0]}--- {args.after}\n{outs[1]}")
-    print("\n".join(errors) if errors else f"{found} replaced lines checked; both programs print the same")
+    print("\n".join(errors) if errors else
+          f"{found} replaced lines checked, every line of #{args.before} accounted for; "
+          "both programs print the same")
     return 1 if errors else 0
 
 

@@ -94,6 +94,16 @@ class ParserTest(unittest.TestCase):
             bad.write_text("```cpp\nint x;\n```\n")
             self.assertIn("without a `<!-- tested:", B.check_readme(bad, root)[0][1])
 
+    def test_before_after_both_directions(self):
+        from run_block import kept_or_replaced
+        page = ('```{.cpp .program #b}\nint main() {\n  int x = 1;\n  x += 2;\n  // a note\n}\n```\n\n'
+                '```{.cpp .program #a before="b"}\nint main() {\n  int x = 1;\n  // before: x += 2;\n}\n```\n')
+        before, after = [b for b in B.parse_text(page, "docs/t.md") if b.is_cpp]
+        self.assertEqual(kept_or_replaced(before, after), [])
+        dropped = page.replace("  // before: x += 2;\n", "")
+        before, after = [b for b in B.parse_text(dropped, "docs/t.md") if b.is_cpp]
+        self.assertEqual(kept_or_replaced(before, after), [(4, "x += 2;")])
+
     def test_same_output(self):
         self.assertTrue(same_output("a 1.0\n", "a 1.0\n", ""))
         self.assertFalse(same_output("a 1.0\n", "a 1.0000001\n", ""))

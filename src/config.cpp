@@ -202,6 +202,9 @@ void parse_zero(ObjectReader r, Config& out) {
 void parse_stepwise(ObjectReader r, StepwiseOptions& out) {
   r.get("strict_cadence", out.strict_cadence);
   r.get("scale_wrt_gas", out.scale_wrt_gas);
+  r.get("check_grads_cleared", out.check_grads_cleared);
+  r.get("check_grads_changed", out.check_grads_changed);
+  r.get("check_params_changed", out.check_params_changed);
   r.get("reduce_bucket_size", out.reduce_bucket_size);
   r.finish();
   detail::check_positive("stepwise.reduce_bucket_size", out.reduce_bucket_size);

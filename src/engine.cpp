@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include "leftover_checks.h"
+
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -48,6 +50,15 @@ std::unique_ptr<torch::optim::Optimizer> choose_optimizer(
   return make_optimizer(*config.optimizer, precision.optimizer_params());
 }
 
+// The names of the model's trainable parameters, in Precision's order.
+std::vector<std::string> trainable_names(torch::nn::Module& model) {
+  std::vector<std::string> names;
+  for (const auto& item : model.named_parameters()) {
+    if (item.value().requires_grad()) names.push_back(item.key());
+  }
+  return names;
+}
+
 std::string describe(const torch::Tensor& loss) {
   if (!loss.defined()) return "an undefined tensor";
   return c10::str("a ", loss.scalar_type(), " tensor of shape ", loss.sizes(),
@@ -87,7 +98,14 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
     scheduler_ = make_scheduler(config_.scheduler->params, *optimizer_);
   }
   if (scheduler_) scheduler_steps_at_start_ = scheduler_step_count(*scheduler_);
+  leftover_checks_ = std::make_unique<detail::LeftoverChecks>(
+      config_.stepwise, trainable_names(*model_), precision_->model_params(),
+      precision_->optimizer_params());
 }
+
+Engine::Engine(Engine&&) = default;
+Engine& Engine::operator=(Engine&&) = default;
+Engine::~Engine() = default;
 
 Engine initialize(std::shared_ptr<torch::nn::Module> model, Config config,
                   std::unique_ptr<torch::optim::Optimizer> optimizer,
@@ -103,15 +121,19 @@ torch::Tensor Engine::backward(const torch::Tensor& loss, const BackwardOptions&
                  "requires grad (the mean over the micro-batch), got ",
                  describe(loss),
                  (loss.defined() && loss.dim() > 0 ? "; reduce it first, e.g. loss.mean()" : ""));
-  accumulator_.on_backward();
-  const auto start = Clock::now();
+  leftover_checks_->before_backward(micro_steps());
   const bool scale = options.scale_wrt_gas().value_or(config_.stepwise.scale_wrt_gas);
+  accumulator_.on_backward(scale);
+  const auto start = Clock::now();
   // FACT 1 and 2: the engine divides by GAS and returns what it backpropagated.
   torch::Tensor scaled =
       scale ? loss / static_cast<double>(sizes_.gradient_accumulation_steps) : loss;
   precision_->scale_loss(scaled).backward();  // * S inside for fp16; never in the return
+  leftover_checks_->after_backward(accumulator_.is_boundary());
   backward_time_ += Clock::now() - start;
-  return scaled.detach();
+  scaled = scaled.detach();
+  window_losses_.push_back(scaled);
+  return scaled;
 }
 
 void Engine::check_scheduler_not_stepped_elsewhere() const {
@@ -126,15 +148,27 @@ void Engine::check_scheduler_not_stepped_elsewhere() const {
                  kCadenceDocs, ", pitfall 3.");
 }
 
+void Engine::check_before_step(bool boundary) const {
+  check_scheduler_not_stepped_elsewhere();
+  leftover_checks_->before_step(micro_steps(), boundary);
+}
+
 void Engine::step() {
   accumulator_.check_step();
-  check_scheduler_not_stepped_elsewhere();
+  const bool boundary = accumulator_.is_boundary();
+  check_before_step(boundary);
   was_step_applied_ = false;  // as DeepSpeed: true only after a step() that stepped
-  if (!accumulator_.is_boundary()) {
+  if (!boundary) {
     accumulator_.on_step(false, false, 0);
     return;
   }
-  boundary_step(sizes_.train_batch_size, /*grad_factor=*/1.0, /*flushing=*/false);
+  if (!accumulator_.manual_boundary()) {
+    boundary_step(sizes_.train_batch_size, /*grad_factor=*/1.0, /*ends_early=*/false);
+    return;
+  }
+  const int64_t k = accumulator_.window_backwards();
+  boundary_step(k * sizes_.micro_batch * sizes_.world_size, accumulator_.early_end_factor(),
+                /*ends_early=*/true);
 }
 
 bool Engine::flush() {
@@ -142,17 +176,32 @@ bool Engine::flush() {
                  "engine.flush() was called right after engine.backward(): call engine.step() "
                  "first (after every backward()), then flush() at the end of the epoch. See ",
                  kCadenceDocs, ".");
-  check_scheduler_not_stepped_elsewhere();
-  const int64_t k = accumulator_.pending();
+  const int64_t k = accumulator_.window_backwards();
+  check_before_step(/*boundary=*/k > 0);
   if (k == 0) return false;
   // The k pending micro-batches were each divided by GAS: make it a mean over k.
-  const double factor =
-      static_cast<double>(sizes_.gradient_accumulation_steps) / static_cast<double>(k);
-  boundary_step(k * sizes_.micro_batch * sizes_.world_size, factor, /*flushing=*/true);
+  boundary_step(k * sizes_.micro_batch * sizes_.world_size, accumulator_.early_end_factor(),
+                /*ends_early=*/true);
   return true;
 }
 
-void Engine::boundary_step(int64_t samples, double grad_factor, bool flushing) {
+void Engine::set_gradient_accumulation_boundary(bool is_boundary) {
+  accumulator_.set_manual_boundary(is_boundary);
+}
+
+void Engine::clear_gradient_accumulation_boundary() {
+  accumulator_.set_manual_boundary(std::nullopt);
+}
+
+torch::Tensor Engine::window_loss() const {
+  STEPWISE_CHECK(!last_window_losses_.empty(), UsageError,
+                 "engine.window_loss() was called before the first accumulation window ended: "
+                 "read it after a step() at the boundary (is_gradient_accumulation_boundary() "
+                 "before that step(), or global_steps() > 0) or after flush()");
+  return torch::stack(last_window_losses_).sum() * last_window_factor_;
+}
+
+void Engine::boundary_step(int64_t samples, double grad_factor, bool ends_early) {
   const auto start = Clock::now();
   // After the all-reduce every rank holds the same mean gradients, so the norm
   // and the overflow flag below are global: an inf on one rank is an inf in the
@@ -173,8 +222,12 @@ void Engine::boundary_step(int64_t samples, double grad_factor, bool flushing) {
     scheduler_steps_taken_ += 1;
   }
   precision_->finish_boundary(skip);
+  leftover_checks_->after_boundary(!skip);
+  last_window_losses_.swap(window_losses_);
+  window_losses_.clear();
+  last_window_factor_ = grad_factor;
   was_step_applied_ = !skip;
-  if (flushing) {
+  if (ends_early) {
     accumulator_.on_flush(skip, samples);
   } else {
     accumulator_.on_step(true, skip, samples);

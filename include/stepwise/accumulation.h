@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 namespace stepwise {
 
@@ -22,25 +23,57 @@ namespace stepwise {
 inline constexpr const char* kCadenceDocs =
     "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation guide)";
 
+/// What a loop does with the micro-batches left over at the end of an epoch.
+enum class EpochEnd {
+  /// engine.flush() at each epoch end: a last, shorter window of its own.
+  kFlush,
+  /// No flush: the remainder carries into the next epoch's first window (DeepSpeed).
+  kCarry,
+};
+
+/// Optimizer steps (boundaries) of a run of `epochs` epochs of
+/// `micro_batches_per_epoch` micro-batches on each rank with `gas` micro-batches per
+/// step: the value for a scheduler's total_num_steps. kFlush: epochs * ceil(n / gas);
+/// kCarry: floor(epochs * n / gas). Skipped fp16 steps count (the scheduler is not
+/// stepped on them, so a run with skips ends before the schedule does).
+int64_t total_num_steps(int64_t micro_batches_per_epoch, int64_t epochs, int64_t gas,
+                        EpochEnd epoch_end);
+
 /// Counters and the boundary rule (docs/engine.md, "Counters").
 class Accumulator {
  public:
   /// `gas` > 0 micro-batches per optimizer step.
   Accumulator(int64_t gas, bool strict_cadence);
 
-  /// Records a backward(); with strict cadence, refuses two in a row.
-  void on_backward();
+  /// Records a backward() (`scaled`: it divided the loss by GAS); with strict
+  /// cadence, refuses two in a row unless the boundary is set by hand.
+  void on_backward(bool scaled = true);
   /// Checks a step() is allowed (strict cadence: a backward() came first).
   void check_step() const;
   /// Records a step(): `boundary` whether it was one, `skipped` whether the
   /// optimizer step was skipped (fp16 overflow), `samples` added at a boundary.
   void on_step(bool boundary, bool skipped, int64_t samples);
-  /// Records a flush of `pending()` micro-batches: one boundary step, and
-  /// micro_steps moves to the next multiple of GAS so the next window is whole.
+  /// Records a step that ends the window early (a flush, or a boundary set by
+  /// hand): one boundary step, and micro_steps moves to the next multiple of GAS
+  /// so the next window is whole.
   void on_flush(bool skipped, int64_t samples);
 
-  /// see NOTE: [accumulation boundary]
-  bool is_boundary() const { return (micro_steps_ + 1) % gas_ == 0; }
+  /// Sets (a value) or clears (nullopt: back to counting) the boundary by hand.
+  void set_manual_boundary(std::optional<bool> boundary) { manual_boundary_ = boundary; }
+  /// The boundary set by hand, if any.
+  std::optional<bool> manual_boundary() const { return manual_boundary_; }
+
+  /// see NOTE: [accumulation boundary]; a boundary set by hand wins.
+  bool is_boundary() const {
+    return manual_boundary_ ? *manual_boundary_ : (micro_steps_ + 1) % gas_ == 0;
+  }
+  /// backward() calls since the last boundary.
+  int64_t window_backwards() const { return window_backwards_; }
+  /// What a step ending the window after `window_backwards()` micro-batches (a
+  /// flush or a boundary set by hand) multiplies the gradients by so that they are
+  /// their mean: GAS / k when backward() divided each loss by GAS, 1 when it did
+  /// not (the loop normalised the loss itself). Throws UsageError if the window mixed both.
+  double early_end_factor() const;
   /// Micro-batches stepped since the last boundary (0 .. GAS-1).
   int64_t pending() const { return micro_steps_ % gas_; }
   /// Whether a backward() is waiting for its step().
@@ -63,6 +96,9 @@ class Accumulator {
   int64_t gas_;
   bool strict_cadence_;
   bool awaiting_step_ = false;
+  std::optional<bool> manual_boundary_;
+  int64_t window_backwards_ = 0;
+  int64_t window_scaled_ = 0;
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;
   int64_t skipped_steps_ = 0;

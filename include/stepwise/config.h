@@ -97,6 +97,14 @@ struct StepwiseOptions {
   bool strict_cadence = true;
   /// Divide the loss by GAS in backward() (DeepSpeed's behaviour, default on).
   bool scale_wrt_gas = true;
+  /// Refuse gradients cleared or changed between micro-steps of a window (a
+  /// leftover zero_grad(); docs/gradient-accumulation.md, pitfall 5).
+  bool check_grads_cleared = true;
+  /// Refuse gradients changed between backward() and step() (a leftover
+  /// clip_grad_norm_; pitfall 5).
+  bool check_grads_changed = true;
+  /// Refuse parameters updated outside step() (a leftover optimizer.step(); pitfall 5).
+  bool check_params_changed = true;
   /// Elements per flat all-reduce bucket when W > 1 (DeepSpeed's stage-0 bucket
   /// is 500,000,000 elements and has no key).
   int64_t reduce_bucket_size = 500000000;

@@ -39,6 +39,10 @@
 
 namespace stepwise {
 
+namespace detail {
+class LeftoverChecks;
+}  // namespace detail
+
 /// Per-call options of Engine::backward.
 struct BackwardOptions {
   /// Divide the loss by GAS (unset: the config's stepwise.scale_wrt_gas, default true).
@@ -55,9 +59,11 @@ class Engine {
          std::unique_ptr<torch::optim::Optimizer> client_optimizer,
          std::unique_ptr<torch::optim::LRScheduler> client_scheduler);
   /// Movable (the optimizer and scheduler stay where they are).
-  Engine(Engine&&) = default;
+  Engine(Engine&&);
   /// Move assignment.
-  Engine& operator=(Engine&&) = default;
+  Engine& operator=(Engine&&);
+  /// Destroys the engine (the model stays the caller's).
+  ~Engine();
 
   /// Backpropagates `loss / GAS` and returns that divided loss, detached.
   ///
@@ -68,7 +74,9 @@ class Engine {
   /// boundary they are the mean over the GAS micro-batches.
   /// `loss` must be a defined, floating-point, 0-dim tensor that requires grad.
   /// With strict cadence, calling backward() twice without step() in between
-  /// throws UsageError.
+  /// throws UsageError (allowed while the boundary is set by hand). Throws
+  /// UsageError when the gradients were cleared since the last backward() of this
+  /// window (a leftover zero_grad(); "stepwise.check_grads_cleared").
   torch::Tensor backward(const torch::Tensor& loss, const BackwardOptions& options = {});
 
   /// Call after EVERY micro-batch's backward() (FACT 4).
@@ -81,16 +89,32 @@ class Engine {
   /// must not call scheduler.step() or optimizer.step()). On an fp16 overflow
   /// (on any rank) it skips the optimizer AND the scheduler step, but
   /// global_steps still advances and skipped_steps counts it. Throws UsageError when no
-  /// backward() preceded it (strict cadence) or when the engine's scheduler
-  /// was stepped by someone else.
+  /// backward() preceded it (strict cadence), when the engine's scheduler
+  /// was stepped by someone else, when the gradients changed since backward() (a
+  /// leftover clip_grad_norm_) or when the parameters changed since the last
+  /// optimizer step (a leftover optimizer.step()); see docs/gradient-accumulation.md,
+  /// pitfall 5. With the boundary set by hand (set_gradient_accumulation_boundary),
+  /// a boundary step ends the window as flush() does.
   void step();
 
   /// Ends a partial accumulation window (end of an epoch): if k in 1..GAS-1
   /// micro-batches are pending, rescales their gradients by GAS / k (so they
-  /// are the mean over the k micro-batches seen) and takes a boundary step.
+  /// are the mean over the k micro-batches seen; by 1 if backward() did not divide
+  /// by GAS), takes a boundary step (the optimizer AND the scheduler the engine
+  /// owns, as at any boundary), and moves micro_steps to the end of the window.
   /// Returns whether a step was taken. DeepSpeed has no such call: without it
   /// the remainder carries into the next window.
   bool flush();
+
+  /// Sets the accumulation boundary by hand, as DeepSpeed's method of that name:
+  /// sticky until set again or cleared. While it is set, backward() may be called
+  /// several times before one step(); a step() with `true` ends the window like
+  /// flush() (the gradients are the mean over the window's k backward() calls,
+  /// whatever GAS is), a step() with `false` only counts. DeepSpeed keeps the 1/GAS
+  /// factor instead, so its gradient is k/GAS times the mean when k != GAS.
+  void set_gradient_accumulation_boundary(bool is_boundary);
+  /// Returns to counting micro-steps (the boundary every GAS step() calls).
+  void clear_gradient_accumulation_boundary();
 
   /// Whether the NEXT step() call is at the accumulation boundary.
   bool is_gradient_accumulation_boundary() const { return accumulator_.is_boundary(); }
@@ -106,6 +130,13 @@ class Engine {
   /// Whether the last step() (or flush()) call stepped the optimizer: false
   /// after a step() off the boundary, as in DeepSpeed.
   bool was_step_applied() const { return was_step_applied_; }
+  /// The loss of the last finished window (a boundary step, skipped or not, or a
+  /// flush): the loss whose gradient that step used, i.e. the mean of the losses
+  /// passed to backward() over the window's micro-batches (with scale_wrt_gas off,
+  /// the sum of what backward() returned). A 0-dim tensor on the loss's device,
+  /// detached, this rank's only; reading it is the caller's host sync. This is what
+  /// to log per optimizer step. Throws UsageError before the first window ends.
+  torch::Tensor window_loss() const;
   /// The current lr of every parameter group.
   std::vector<double> get_lr() const;
   /// Global L2 norm of the gradients at the last boundary, before clipping
@@ -138,7 +169,8 @@ class Engine {
   const distributed::GradientReducer& gradient_reducer() const { return *reducer_; }
 
  private:
-  void boundary_step(int64_t samples, double grad_factor, bool flushing);
+  void boundary_step(int64_t samples, double grad_factor, bool ends_early);
+  void check_before_step(bool boundary) const;
   void check_scheduler_not_stepped_elsewhere() const;
   void print_progress() const;
 
@@ -153,6 +185,10 @@ class Engine {
   int64_t scheduler_steps_at_start_ = 0;
   int64_t scheduler_steps_taken_ = 0;
   Accumulator accumulator_;
+  std::unique_ptr<detail::LeftoverChecks> leftover_checks_;
+  std::vector<torch::Tensor> window_losses_;       // what backward() returned, this window
+  std::vector<torch::Tensor> last_window_losses_;  // ... and in the last finished window
+  double last_window_factor_ = 1.0;
   bool was_step_applied_ = false;
   double global_grad_norm_ = 0.0;
   std::chrono::steady_clock::duration backward_time_{};

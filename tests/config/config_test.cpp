@@ -36,7 +36,8 @@ TEST(Config, ConfigKeysAreTheParsersOwnReads) {
     }
     return ConfigKey{path, "missing", "missing"};
   };
-  EXPECT_EQ(keys.size(), 59u);
+  EXPECT_EQ(keys.size(), 62u);
+  EXPECT_EQ(find("stepwise.check_params_changed").default_value, "true");
   EXPECT_EQ(find("optimizer.params.betas").type, "[number, number]");
   EXPECT_EQ(find("optimizer.params.betas").default_value, "[0.9,0.999]");
   EXPECT_EQ(find("scheduler.params.total_num_steps").default_value, "required");
@@ -271,7 +272,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "consecutive_hysteresis, min_loss_scale"},
         ErrorCase{"StepwiseUnknownKey", R"({"train_batch_size": 8, "stepwise": {"strict": false}})",
                   "unknown key stepwise.strict (value false); valid keys here are: "
-                  "strict_cadence, scale_wrt_gas, reduce_bucket_size"},
+                  "strict_cadence, scale_wrt_gas, check_grads_cleared, check_grads_changed, check_params_changed, reduce_bucket_size"},
         ErrorCase{"ReduceBucketSizeZero",
                   R"({"train_batch_size": 8, "stepwise": {"reduce_bucket_size": 0}})",
                   "stepwise.reduce_bucket_size must be a positive integer, got 0"},
