@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstring>
 #include <utility>
 
 namespace stepwise::detail {
@@ -36,18 +37,59 @@ int64_t first_change(const TensorMarks& before, const TensorMarks& now, const ch
   return -1;
 }
 
-// Per-tensor L2 norms as one tensor (undefined when there are none).
-torch::Tensor norms_of(const std::vector<torch::Tensor>& tensors) {
-  if (tensors.empty()) return {};
-  return torch::stack(at::_foreach_norm(tensors, 2)).to(torch::kFloat);
+// A 64-bit hash of a CPU tensor's bytes (FNV-1a over 8-byte words, in 4 independent
+// lanes so the multiplies overlap): any change to a value changes it, in one pass over
+// memory without ATen's per-op overhead.
+uint64_t hash_bytes(const unsigned char* data, size_t n) {
+  constexpr uint64_t kPrime = 1099511628211ULL;
+  uint64_t lane[4] = {14695981039346656037ULL, 1, 2, 3};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; ++k) {
+      uint64_t word;
+      std::memcpy(&word, data + i + 8 * k, 8);
+      lane[k] = (lane[k] ^ word) * kPrime;
+    }
+  }
+  for (; i < n; ++i) lane[0] = (lane[0] ^ data[i]) * kPrime;
+  return ((lane[0] * kPrime ^ lane[1]) * kPrime ^ lane[2]) * kPrime ^ lane[3];
 }
 
-// The first index whose norm differs bit for bit (so a nan equals itself), or -1.
-int64_t first_norm_change(const torch::Tensor& before, const torch::Tensor& now) {
-  if (!before.defined() || !now.defined() || before.sizes() != now.sizes()) return -1;
-  const auto differs = before.view(torch::kInt).ne(now.view(torch::kInt));
-  if (!differs.any().item<bool>()) return -1;
-  return differs.nonzero()[0][0].item<int64_t>();
+// One fingerprint per tensor (0 for an undefined one): a hash of the bytes on the CPU;
+// elsewhere the bits of the L2 norm, from one _foreach_norm and one host sync.
+std::vector<uint64_t> fingerprints(const std::vector<torch::Tensor>& tensors) {
+  std::vector<uint64_t> out(tensors.size(), 0);
+  std::vector<size_t> on_device;
+  std::vector<torch::Tensor> device_tensors;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const torch::Tensor& t = tensors[i];
+    if (!t.defined()) continue;
+    if (!t.device().is_cpu()) {
+      on_device.push_back(i);
+      device_tensors.push_back(t);
+      continue;
+    }
+    const torch::Tensor c = t.is_contiguous() ? t : t.contiguous();
+    out[i] = hash_bytes(static_cast<const unsigned char*>(c.data_ptr()), c.nbytes());
+  }
+  if (!device_tensors.empty()) {
+    const auto norms =
+        torch::stack(at::_foreach_norm(device_tensors, 2)).to(torch::kDouble).cpu().contiguous();
+    for (size_t j = 0; j < on_device.size(); ++j) {
+      std::memcpy(&out[on_device[j]], norms.data_ptr<double>() + j, sizeof(uint64_t));
+    }
+  }
+  return out;
+}
+
+// The first index whose fingerprint differs, or -1 (also when either was not taken).
+int64_t first_fingerprint_change(const std::vector<uint64_t>& before,
+                                 const std::vector<uint64_t>& now) {
+  if (before.size() != now.size()) return -1;
+  for (size_t i = 0; i < now.size(); ++i) {
+    if (before[i] != now[i]) return static_cast<int64_t>(i);
+  }
+  return -1;
 }
 
 std::string guide(const char* key) {
@@ -69,30 +111,21 @@ LeftoverChecks::LeftoverChecks(const StepwiseOptions& options, std::vector<std::
   grads_ = grad_marks();
   if (check_params_) {
     params_ = param_marks();
-    param_norms_ = param_norms();  // until the first step shows whether versions suffice
+    param_prints_ = param_fingerprints();  // until the first step shows whether versions suffice
   }
 }
 
 TensorMarks LeftoverChecks::grad_marks() const { return marks_of(grad_params_, true); }
 TensorMarks LeftoverChecks::param_marks() const { return marks_of(updated_, false); }
 
-torch::Tensor LeftoverChecks::grad_norms() const {
+std::vector<uint64_t> LeftoverChecks::grad_fingerprints() const {
   std::vector<torch::Tensor> grads;
   grads.reserve(grad_params_.size());
-  for (const auto& p : grad_params_) {
-    if (p.grad().defined()) grads.push_back(p.grad());
-  }
-  return norms_of(grads);
+  for (const auto& p : grad_params_) grads.push_back(p.grad());
+  return fingerprints(grads);
 }
 
-torch::Tensor LeftoverChecks::param_norms() const { return norms_of(updated_); }
-
-int64_t LeftoverChecks::param_of_defined_grad(int64_t n) const {
-  for (size_t i = 0; n >= 0 && i < grad_params_.size(); ++i) {
-    if (grad_params_[i].grad().defined() && n-- == 0) return static_cast<int64_t>(i);
-  }
-  return -1;
-}
+std::vector<uint64_t> LeftoverChecks::param_fingerprints() const { return fingerprints(updated_); }
 
 void LeftoverChecks::before_backward(int64_t micro_steps) const {
   if (!check_cleared_) return;
@@ -112,15 +145,16 @@ void LeftoverChecks::before_backward(int64_t micro_steps) const {
 void LeftoverChecks::after_backward(bool ends_window) {
   if (!check_cleared_ && !check_changed_) return;
   grads_ = grad_marks();
-  window_end_grad_norms_ = ends_window && check_changed_ ? grad_norms() : torch::Tensor();
+  window_end_grad_prints_ =
+      ends_window && check_changed_ ? grad_fingerprints() : std::vector<uint64_t>();
 }
 
 void LeftoverChecks::before_step(int64_t micro_steps, bool boundary) const {
   if (check_changed_) {
     const char* what = "";
     int64_t i = first_change(grads_, grad_marks(), &what);
-    if (i < 0 && boundary && window_end_grad_norms_.defined()) {
-      i = param_of_defined_grad(first_norm_change(window_end_grad_norms_, grad_norms()));
+    if (i < 0 && boundary && !window_end_grad_prints_.empty()) {
+      i = first_fingerprint_change(window_end_grad_prints_, grad_fingerprints());
       what = "scaled through .data() (as clip_grad_norm_ does)";
     }
     STEPWISE_CHECK(i < 0, UsageError, "the gradient of parameter \"", names_[i], "\" was ", what,
@@ -134,7 +168,9 @@ void LeftoverChecks::before_step(int64_t micro_steps, bool boundary) const {
   if (check_params_) {
     const char* what = "";
     int64_t i = first_change(params_, param_marks(), &what);
-    if (i < 0 && boundary && param_norms_.defined()) i = first_norm_change(param_norms_, param_norms());
+    if (i < 0 && boundary && !param_prints_.empty()) {
+      i = first_fingerprint_change(param_prints_, param_fingerprints());
+    }
     STEPWISE_CHECK(i < 0, UsageError, "parameter \"", names_[i],
                    "\" was updated outside the engine since its last optimizer step (found at "
                    "micro_steps ",
@@ -148,17 +184,18 @@ void LeftoverChecks::before_step(int64_t micro_steps, bool boundary) const {
 
 void LeftoverChecks::after_boundary(bool applied) {
   if (check_cleared_ || check_changed_) grads_ = grad_marks();
-  window_end_grad_norms_ = torch::Tensor();
+  window_end_grad_prints_.clear();
   if (!check_params_) return;
   TensorMarks now = param_marks();
   if (applied && !calibrated_) {
     // NOTE: [leftover calls]: an optimizer whose step moves no version counter updates
-    // through .data(); only norms can see a second update then.
+    // through .data(); only fingerprints can see a second update then.
     version_blind_ = now.versions == params_.versions && now.impls == params_.impls;
     calibrated_ = true;
   }
   params_ = std::move(now);
-  param_norms_ = !calibrated_ || version_blind_ ? param_norms() : torch::Tensor();
+  param_prints_ =
+      !calibrated_ || version_blind_ ? param_fingerprints() : std::vector<uint64_t>();
 }
 
 }  // namespace stepwise::detail

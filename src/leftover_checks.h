@@ -16,12 +16,15 @@
 //   tensor each change one of them, so comparing them is a loop over the parameters.
 // - LibTorch 1.13 writes some updates through .data(), which has its own version
 //   counter: clip_grad_norm_ scales the gradients that way, and SGD::step() updates
-//   the parameters that way. For those, per-tensor L2 norms (one _foreach_norm) are
-//   compared too: of the gradients, after the backward() that ends a window and when
-//   its step() starts; of the parameters, only when the engine's own first optimizer
-//   step left every version counter unchanged (a "version-blind" optimizer).
-//   Comparing the norms is the one extra host sync, at the boundary only.
-// A check detects changes; a change that keeps every norm (a permutation) is missed.
+//   the parameters that way. For those, per-tensor fingerprints are compared too: of
+//   the gradients, after the backward() that ends a window and when its step() starts;
+//   of the parameters, at each boundary until the engine's own first optimizer step,
+//   and after it only if that step left every version counter unchanged (a
+//   "version-blind" optimizer, such as LibTorch's SGD).
+// - A fingerprint is a 64-bit hash of the bytes on the CPU (one pass over memory, no
+//   ATen op), so any change is seen. On a GPU it is the bits of the tensor's L2 norm
+//   (one _foreach_norm and one host sync, at the boundary only), so a change that keeps
+//   every norm (a permutation) is missed there.
 #pragma once
 
 #include <stepwise/config.h>
@@ -29,6 +32,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -62,10 +66,8 @@ class LeftoverChecks {
  private:
   TensorMarks grad_marks() const;
   TensorMarks param_marks() const;
-  torch::Tensor grad_norms() const;
-  torch::Tensor param_norms() const;
-  // The index of the parameter with the n-th defined gradient (-1 for n < 0).
-  int64_t param_of_defined_grad(int64_t n) const;
+  std::vector<uint64_t> grad_fingerprints() const;
+  std::vector<uint64_t> param_fingerprints() const;
 
   bool check_cleared_;
   bool check_changed_;
@@ -75,8 +77,8 @@ class LeftoverChecks {
   std::vector<torch::Tensor> updated_;
   TensorMarks grads_;
   TensorMarks params_;
-  torch::Tensor window_end_grad_norms_;  // after the backward() that ends a window
-  torch::Tensor param_norms_;            // after the last boundary (version-blind only)
+  std::vector<uint64_t> window_end_grad_prints_;  // after the backward() ending a window
+  std::vector<uint64_t> param_prints_;  // after the last boundary (version-blind only)
   bool calibrated_ = false;              // the first applied step has been seen
   bool version_blind_ = false;           // the optimizer updates through .data()
 };

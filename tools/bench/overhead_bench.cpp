@@ -1,6 +1,7 @@
 // Engine overhead: the same training through stepwise and as the equivalent
 // hand-written LibTorch loop, alternating in one process; prints the median
-// time ratio (stepwise / hand-written) per MLP width. Not a test.
+// time ratio (stepwise / hand-written) per MLP width, and the cost of the
+// leftover-call guard rails (stepwise with them / without them). Not a test.
 //
 //   overhead_bench [--reps N] [--steps N]
 #include <stepwise/stepwise.h>
@@ -30,8 +31,10 @@ torch::nn::Sequential make_mlp(int64_t width) {
                                torch::nn::Linear(width, 1));
 }
 
-std::string config_json() {
-  return c10::str(R"({"train_micro_batch_size_per_gpu": )", kMicroBatch,
+std::string config_json(bool guard_rails) {
+  const char* off = guard_rails ? "" : R"("stepwise": {"check_grads_cleared": false,
+      "check_grads_changed": false, "check_params_changed": false}, )";
+  return c10::str("{", off, R"("train_micro_batch_size_per_gpu": )", kMicroBatch,
                   R"(, "gradient_accumulation_steps": )", kGas, R"(, "gradient_clipping": )", kClip,
                   R"(, "steps_per_print": 1000000000,
       "optimizer": {"type": "AdamW", "params": {"lr": )",
@@ -42,9 +45,11 @@ std::string config_json() {
 
 using Clock = std::chrono::steady_clock;
 
-double run_stepwise(int64_t width, int64_t steps, const torch::Tensor& x, const torch::Tensor& y) {
+double run_stepwise(int64_t width, int64_t steps, const torch::Tensor& x, const torch::Tensor& y,
+                    bool guard_rails = true) {
   auto model = make_mlp(width);
-  auto engine = stepwise::initialize(model, stepwise::Config::from_string(config_json()));
+  auto engine =
+      stepwise::initialize(model, stepwise::Config::from_string(config_json(guard_rails)));
   const auto start = Clock::now();
   for (int64_t t = 0; t < steps * kGas; ++t) {
     auto xb = x.slice(0, (t % 8) * kMicroBatch, (t % 8 + 1) * kMicroBatch);
@@ -109,7 +114,7 @@ int main(int argc, char** argv) {
     auto y = torch::randn({8 * kMicroBatch, 1});
     run_stepwise(width, 5, x, y);  // warm-up both paths
     run_by_hand(width, 5, x, y);
-    std::vector<double> ratios, sw, hand;
+    std::vector<double> ratios, sw, hand, rails;
     for (int64_t r = 0; r < reps; ++r) {
       // Alternate which goes first, so drift affects both sides alike.
       double a, b;
@@ -123,11 +128,13 @@ int main(int argc, char** argv) {
       sw.push_back(a);
       hand.push_back(b);
       ratios.push_back(a / b);
+      rails.push_back(a / run_stepwise(width, steps, x, y, /*guard_rails=*/false));
     }
     std::printf(
         "width %4lld: stepwise %.3f ms/step, hand-written %.3f ms/step, median ratio "
-        "%.3fx\n",
-        (long long)width, 1e3 * median(sw) / steps, 1e3 * median(hand) / steps, median(ratios));
+        "%.3fx; guard rails on / off %.3fx\n",
+        (long long)width, 1e3 * median(sw) / steps, 1e3 * median(hand) / steps, median(ratios),
+        median(rails));
   }
   return 0;
 }
