@@ -9,8 +9,10 @@
 //     engine.step();                                  // 4. after EVERY micro-batch
 //   }
 //   // 2. do NOT divide the loss by GAS yourself: backward() does.
-//   // 3. do NOT call optimizer.step(), zero_grad(), clip_grad_norm_ or
-//   //    scheduler.step(): step() does all four, at the accumulation boundary.
+//   // 3. the engine steps the LR scheduler it owns (the config's, or one handed to
+//   //    initialize) in step() at each boundary, and in flush(); never on an fp16
+//   //    overflow: do NOT step it yourself. A scheduler it does not own is yours.
+//   //    Nor call optimizer.step(), zero_grad() or clip_grad_norm_: step() does them.
 //
 // Differences from DeepSpeed are listed on the docs site ("Differences from
 // DeepSpeed", docs/differences.md); the loop's contract is stated in docs/engine.md
@@ -85,8 +87,8 @@ class Engine {
   /// boundary ((micro_steps + 1) % GAS == 0) it averages the gradients over
   /// the W data-parallel ranks (W > 1 only), unscales them (fp16), computes
   /// the global gradient norm, clips (gradient_clipping), steps the optimizer,
-  /// sets the gradients to none, and steps the LR scheduler (FACT 3: the user
-  /// must not call scheduler.step() or optimizer.step()). On an fp16 overflow
+  /// sets the gradients to none, and steps the LR scheduler the engine owns (FACT 3:
+  /// the user must not step it, nor call optimizer.step()). On an fp16 overflow
   /// (on any rank) it skips the optimizer AND the scheduler step, but
   /// global_steps still advances and skipped_steps counts it. Throws UsageError when no
   /// backward() preceded it (strict cadence), when the engine's scheduler
