@@ -13,6 +13,7 @@
 #include <stepwise/stepwise.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 #include <torch/utils.h>
 
