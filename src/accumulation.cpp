@@ -71,6 +71,30 @@ void Accumulator::on_step(bool boundary, bool skipped, int64_t samples) {
   micro_steps_ += 1;
 }
 
+AccumulatorState Accumulator::state() const {
+  AccumulatorState s;
+  s.micro_steps = micro_steps_;
+  s.global_steps = global_steps_;
+  s.skipped_steps = skipped_steps_;
+  s.global_samples = global_samples_;
+  s.window_backwards = window_backwards_;
+  s.window_scaled = window_scaled_;
+  s.awaiting_step = awaiting_step_;
+  s.manual_boundary = manual_boundary_;
+  return s;
+}
+
+void Accumulator::restore(const AccumulatorState& s) {
+  micro_steps_ = s.micro_steps;
+  global_steps_ = s.global_steps;
+  skipped_steps_ = s.skipped_steps;
+  global_samples_ = s.global_samples;
+  window_backwards_ = s.window_backwards;
+  window_scaled_ = s.window_scaled;
+  awaiting_step_ = s.awaiting_step;
+  manual_boundary_ = s.manual_boundary;
+}
+
 void Accumulator::on_flush(bool skipped, int64_t samples) {
   awaiting_step_ = false;
   window_backwards_ = window_scaled_ = 0;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -29,7 +30,6 @@ const std::vector<std::string>& unsupported_deepspeed_keys() {
                                                 "activation_checkpointing",
                                                 "aio",
                                                 "autotuning",
-                                                "checkpoint",
                                                 "comms_logger",
                                                 "communication_data_type",
                                                 "compression_training",
@@ -199,6 +199,20 @@ void parse_zero(ObjectReader r, Config& out) {
                  "zero_optimization section");
 }
 
+void parse_checkpoint(ObjectReader r, CheckpointConfig& out) {
+  std::string mode = "Warn";
+  r.get("tag_validation", mode);
+  r.finish();
+  std::string upper = mode;
+  for (auto& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  STEPWISE_CHECK(upper == "IGNORE" || upper == "WARN" || upper == "FAIL", ConfigError,
+                 "checkpoint.tag_validation is \"", mode,
+                 "\"; use one of: Ignore, Warn, Fail (case does not matter)");
+  out.tag_validation = upper == "IGNORE" ? TagValidation::kIgnore
+                       : upper == "FAIL" ? TagValidation::kFail
+                                         : TagValidation::kWarn;
+}
+
 void parse_stepwise(ObjectReader r, StepwiseOptions& out) {
   r.get("strict_cadence", out.strict_cadence);
   r.get("scale_wrt_gas", out.scale_wrt_gas);
@@ -242,7 +256,9 @@ Config Config::from_json(const nlohmann::json& json) {
                  "fp16.enabled and bf16.enabled are both true; enable at most one");
   if (auto o = r.object("zero_optimization")) parse_zero(*o, out);
   if (auto o = r.object("stepwise")) parse_stepwise(*o, out.stepwise);
+  if (auto o = r.object("checkpoint")) parse_checkpoint(*o, out.checkpoint);
   r.finish();
+  out.json_text = json.dump();
   return out;
 }
 
@@ -254,7 +270,8 @@ const std::vector<ConfigKey>& config_keys() {
     std::vector<nlohmann::json> probes = {{{"fp16", nlohmann::json::object()},
                                            {"bf16", nlohmann::json::object()},
                                            {"zero_optimization", nlohmann::json::object()},
-                                           {"stepwise", nlohmann::json::object()}}};
+                                           {"stepwise", nlohmann::json::object()},
+                                           {"checkpoint", nlohmann::json::object()}}};
     for (const auto& type : supported_optimizer_types()) {
       probes.push_back({{"optimizer", {{"type", type}}}});
     }

@@ -50,15 +50,6 @@ std::unique_ptr<torch::optim::Optimizer> choose_optimizer(
   return make_optimizer(*config.optimizer, precision.optimizer_params());
 }
 
-// The names of the model's trainable parameters, in Precision's order.
-std::vector<std::string> trainable_names(torch::nn::Module& model) {
-  std::vector<std::string> names;
-  for (const auto& item : model.named_parameters()) {
-    if (item.value().requires_grad()) names.push_back(item.key());
-  }
-  return names;
-}
-
 std::string describe(const torch::Tensor& loss) {
   if (!loss.defined()) return "an undefined tensor";
   return c10::str("a ", loss.scalar_type(), " tensor of shape ", loss.sizes(),
@@ -99,7 +90,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
   }
   if (scheduler_) scheduler_steps_at_start_ = scheduler_step_count(*scheduler_);
   leftover_checks_ = std::make_unique<detail::LeftoverChecks>(
-      config_.stepwise, trainable_names(*model_), precision_->model_params(),
+      config_.stepwise, detail::trainable_names(*model_), precision_->model_params(),
       precision_->optimizer_params());
 }
 
@@ -148,7 +139,7 @@ void Engine::check_scheduler_not_stepped_elsewhere() const {
                  kCadenceDocs, ", pitfall 3.");
 }
 
-void Engine::check_before_step(bool boundary) const {
+void Engine::check_before_step(bool boundary) {
   check_scheduler_not_stepped_elsewhere();
   leftover_checks_->before_step(micro_steps(), boundary);
 }
@@ -190,6 +181,12 @@ void Engine::set_gradient_accumulation_boundary(bool is_boundary) {
 }
 
 void Engine::clear_gradient_accumulation_boundary() {
+  STEPWISE_CHECK(accumulator_.window_backwards() == 0, UsageError,
+                 "engine.clear_gradient_accumulation_boundary() was called inside a window (",
+                 accumulator_.window_backwards(),
+                 accumulator_.window_backwards() == 1 ? " backward() call" : " backward() calls",
+                 " pending): counting would end that window as if it had GAS micro-batches. End "
+                 "it first (a step() with the boundary set to true, or flush()), then clear it");
   accumulator_.set_manual_boundary(std::nullopt);
 }
 
@@ -198,7 +195,7 @@ torch::Tensor Engine::window_loss() const {
                  "engine.window_loss() was called before the first accumulation window ended: "
                  "read it after a step() at the boundary (is_gradient_accumulation_boundary() "
                  "before that step(), or global_steps() > 0) or after flush()");
-  return torch::stack(last_window_losses_).sum() * last_window_factor_;
+  return torch::stack(last_window_losses_).to(torch::kFloat).sum() * last_window_factor_;
 }
 
 void Engine::boundary_step(int64_t samples, double grad_factor, bool ends_early) {

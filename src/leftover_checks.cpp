@@ -1,5 +1,7 @@
 #include "leftover_checks.h"
 
+#include "hash_bytes.h"
+
 #include <stepwise/accumulation.h>
 #include <stepwise/errors.h>
 
@@ -37,24 +39,6 @@ int64_t first_change(const TensorMarks& before, const TensorMarks& now, const ch
   return -1;
 }
 
-// A 64-bit hash of a CPU tensor's bytes (FNV-1a over 8-byte words, in 4 independent
-// lanes so the multiplies overlap): any change to a value changes it, in one pass over
-// memory without ATen's per-op overhead.
-uint64_t hash_bytes(const unsigned char* data, size_t n) {
-  constexpr uint64_t kPrime = 1099511628211ULL;
-  uint64_t lane[4] = {14695981039346656037ULL, 1, 2, 3};
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    for (int k = 0; k < 4; ++k) {
-      uint64_t word;
-      std::memcpy(&word, data + i + 8 * k, 8);
-      lane[k] = (lane[k] ^ word) * kPrime;
-    }
-  }
-  for (; i < n; ++i) lane[0] = (lane[0] ^ data[i]) * kPrime;
-  return ((lane[0] * kPrime ^ lane[1]) * kPrime ^ lane[2]) * kPrime ^ lane[3];
-}
-
 // One fingerprint per tensor (0 for an undefined one): a hash of the bytes on the CPU;
 // elsewhere the bits of the L2 norm, from one _foreach_norm and one host sync.
 std::vector<uint64_t> fingerprints(const std::vector<torch::Tensor>& tensors) {
@@ -63,7 +47,7 @@ std::vector<uint64_t> fingerprints(const std::vector<torch::Tensor>& tensors) {
   std::vector<torch::Tensor> device_tensors;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const torch::Tensor& t = tensors[i];
-    if (!t.defined()) continue;
+    if (!t.defined() || t.layout() != torch::kStrided) continue;  // sparse: not fingerprinted
     if (!t.device().is_cpu()) {
       on_device.push_back(i);
       device_tensors.push_back(t);
@@ -98,6 +82,14 @@ std::string guide(const char* key) {
 }
 
 }  // namespace
+
+std::vector<std::string> trainable_names(torch::nn::Module& model) {
+  std::vector<std::string> names;
+  for (const auto& item : model.named_parameters()) {
+    if (item.value().requires_grad()) names.push_back(item.key());
+  }
+  return names;
+}
 
 LeftoverChecks::LeftoverChecks(const StepwiseOptions& options, std::vector<std::string> names,
                                std::vector<torch::Tensor> grad_params,
@@ -149,7 +141,7 @@ void LeftoverChecks::after_backward(bool ends_window) {
       ends_window && check_changed_ ? grad_fingerprints() : std::vector<uint64_t>();
 }
 
-void LeftoverChecks::before_step(int64_t micro_steps, bool boundary) const {
+void LeftoverChecks::before_step(int64_t micro_steps, bool boundary) {
   if (check_changed_) {
     const char* what = "";
     int64_t i = first_change(grads_, grad_marks(), &what);
@@ -180,6 +172,9 @@ void LeftoverChecks::before_step(int64_t micro_steps, bool boundary) const {
                    "so the weights were updated twice. ",
                    guide("check_params_changed"));
   }
+  // Check 1 compares with the gradients as step() found them, so a change allowed here
+  // (check_grads_changed off) is not refused again at the next backward().
+  if (check_cleared_) grads_ = grad_marks();
 }
 
 void LeftoverChecks::after_boundary(bool applied) {

@@ -29,6 +29,7 @@
 
 #include <stepwise/config.h>
 
+#include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -37,6 +38,10 @@
 #include <vector>
 
 namespace stepwise::detail {
+
+/// The names of the model's trainable parameters, in Precision's order (the order of
+/// model_params() and optimizer_params()).
+std::vector<std::string> trainable_names(torch::nn::Module& model);
 
 /// What the guard rails of NOTE: [leftover calls] remember about some tensors.
 struct TensorMarks {
@@ -59,7 +64,7 @@ class LeftoverChecks {
   /// boundary, so their norms are recorded too.
   void after_backward(bool ends_window);
   /// Checks 2 and 3, when step() or flush() starts; `boundary`: it will update.
-  void before_step(int64_t micro_steps, bool boundary) const;
+  void before_step(int64_t micro_steps, bool boundary);
   /// Records gradients and parameters after a boundary; `applied`: the optimizer stepped.
   void after_boundary(bool applied);
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <type_traits>
 
 namespace stepwise {
 
@@ -228,6 +229,11 @@ struct StepCountAccess : torch::optim::LRScheduler {
 
 int64_t scheduler_step_count(const torch::optim::LRScheduler& scheduler) {
   return static_cast<int64_t>(scheduler.*StepCountAccess::member());
+}
+
+void set_scheduler_step_count(torch::optim::LRScheduler& scheduler, int64_t count) {
+  using Count = std::remove_reference_t<decltype(scheduler.*StepCountAccess::member())>;
+  scheduler.*StepCountAccess::member() = static_cast<Count>(count);
 }
 
 Schedule::Schedule(torch::optim::Optimizer& optimizer, ScheduleOptions options)

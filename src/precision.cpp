@@ -20,7 +20,16 @@ PrecisionMode mode_of(const Config& config) {
 
 Precision::Precision(const Config& config, torch::nn::Module& model) : mode_(mode_of(config)) {
   if (mode_ != PrecisionMode::kFp32) {
-    model.to(mode_ == PrecisionMode::kFp16 ? torch::kHalf : torch::kBFloat16);
+    // Floating-point tensors only, as PyTorch's module.half() does: Module::to(dtype)
+    // would also turn integer buffers (BatchNorm's num_batches_tracked) into half.
+    const auto dtype = mode_ == PrecisionMode::kFp16 ? torch::kHalf : torch::kBFloat16;
+    torch::NoGradGuard no_grad;
+    for (auto& p : model.parameters()) {
+      if (p.is_floating_point()) p.set_data(p.to(dtype));
+    }
+    for (auto& b : model.buffers()) {
+      if (b.is_floating_point()) b.set_data(b.to(dtype));
+    }
   }
   for (auto& p : model.parameters()) {
     if (p.requires_grad()) model_.push_back(p);

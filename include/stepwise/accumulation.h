@@ -39,6 +39,26 @@ enum class EpochEnd {
 int64_t total_num_steps(int64_t micro_batches_per_epoch, int64_t epochs, int64_t gas,
                         EpochEnd epoch_end);
 
+/// Everything an Accumulator counts (what a checkpoint saves of it).
+struct AccumulatorState {
+  /// step() calls so far.
+  int64_t micro_steps = 0;
+  /// Boundaries reached.
+  int64_t global_steps = 0;
+  /// Boundaries skipped.
+  int64_t skipped_steps = 0;
+  /// Samples of all boundary steps.
+  int64_t global_samples = 0;
+  /// backward() calls since the last boundary.
+  int64_t window_backwards = 0;
+  /// ... of which divided the loss by GAS.
+  int64_t window_scaled = 0;
+  /// Whether a backward() waits for its step().
+  bool awaiting_step = false;
+  /// The boundary set by hand, if any.
+  std::optional<bool> manual_boundary;
+};
+
 /// Counters and the boundary rule (docs/engine.md, "Counters").
 class Accumulator {
  public:
@@ -91,6 +111,11 @@ class Accumulator {
   int64_t global_samples() const { return global_samples_; }
   /// Whether the cadence checks are on.
   bool strict_cadence() const { return strict_cadence_; }
+
+  /// The counters, for a checkpoint.
+  AccumulatorState state() const;
+  /// Sets the counters (a checkpoint's).
+  void restore(const AccumulatorState& state);
 
  private:
   int64_t gas_;

@@ -110,6 +110,23 @@ struct StepwiseOptions {
   int64_t reduce_bucket_size = 500000000;
 };
 
+/// What a save does when the ranks pass different checkpoint tags
+/// (`checkpoint.tag_validation`, DeepSpeed's values).
+enum class TagValidation {
+  /// Do not compare the tags.
+  kIgnore,
+  /// Print a warning on rank 0 and save anyway.
+  kWarn,
+  /// Throw CheckpointError on every rank; nothing is written.
+  kFail,
+};
+
+/// The `"checkpoint"` section.
+struct CheckpointConfig {
+  /// Whether the ranks' tags are compared before a save (default Warn).
+  TagValidation tag_validation = TagValidation::kWarn;
+};
+
 /// Resolved batch sizes: tb == micro_batch * gas * world_size (docs/config.md, "Batch sizes").
 struct BatchSizes {
   /// Samples per optimizer step over all ranks (tb).
@@ -149,6 +166,10 @@ struct Config {
   int64_t zero_stage = 0;
   /// The "stepwise" section.
   StepwiseOptions stepwise;
+  /// The "checkpoint" section.
+  CheckpointConfig checkpoint;
+  /// The JSON this config was parsed from (compact); checkpoints save it.
+  std::string json_text;
 
   /// Parses a JSON text. Throws ConfigError on any problem.
   static Config from_string(const std::string& json_text);

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <stepwise/accumulation.h>
+#include <stepwise/checkpoint.h>
 #include <stepwise/config.h>
 #include <stepwise/distributed.h>
 #include <stepwise/errors.h>
@@ -115,8 +116,22 @@ class Engine {
   /// whatever GAS is), a step() with `false` only counts. DeepSpeed keeps the 1/GAS
   /// factor instead, so its gradient is k/GAS times the mean when k != GAS.
   void set_gradient_accumulation_boundary(bool is_boundary);
-  /// Returns to counting micro-steps (the boundary every GAS step() calls).
+  /// Returns to counting micro-steps (the boundary every GAS step() calls). Only
+  /// between windows: inside one it throws UsageError.
   void clear_gradient_accumulation_boundary();
+
+  /// Saves a checkpoint in `dir`, wherever the loop is: at a boundary or inside a window
+  /// (its gradients are saved too, per rank), so that load_checkpoint continues the run
+  /// bit for bit. Collective with W > 1: every rank calls it. Returns `<dir>/<tag>`.
+  /// Throws CheckpointError when a file cannot be written (the previous checkpoint and
+  /// `latest` stay loadable). See docs/checkpoints.md and NOTE: [checkpoint layout].
+  std::string save_checkpoint(const std::string& dir, const SaveOptions& options = {});
+  /// Loads a checkpoint into this engine, which must be built as the saved one was (same
+  /// model and optimizer type; the config may differ at a boundary). Checks every name,
+  /// shape and dtype, and for a window in progress the GAS, world size and precision,
+  /// before changing anything: on CheckpointError the engine is as it was. Collective
+  /// with W > 1 (all ranks load the same tag).
+  LoadedCheckpoint load_checkpoint(const std::string& dir, const LoadOptions& options = {});
 
   /// Whether the NEXT step() call is at the accumulation boundary.
   bool is_gradient_accumulation_boundary() const { return accumulator_.is_boundary(); }
@@ -135,7 +150,7 @@ class Engine {
   /// The loss of the last finished window (a boundary step, skipped or not, or a
   /// flush): the loss whose gradient that step used, i.e. the mean of the losses
   /// passed to backward() over the window's micro-batches (with scale_wrt_gas off,
-  /// the sum of what backward() returned). A 0-dim tensor on the loss's device,
+  /// the sum of what backward() returned). A 0-dim float tensor on the loss's device,
   /// detached, this rank's only; reading it is the caller's host sync. This is what
   /// to log per optimizer step. Throws UsageError before the first window ends.
   torch::Tensor window_loss() const;
@@ -172,7 +187,11 @@ class Engine {
 
  private:
   void boundary_step(int64_t samples, double grad_factor, bool ends_early);
-  void check_before_step(bool boundary) const;
+  void check_before_step(bool boundary);
+  c10::IValue model_states(const ClientState& client_state) const;
+  c10::IValue window_state() const;
+  void load_states(const c10::impl::GenericDict& states, const c10::impl::GenericDict* window,
+                   const LoadOptions& options, const std::string& path);
   void check_scheduler_not_stepped_elsewhere() const;
   void print_progress() const;
 

@@ -8,11 +8,12 @@
 //     std::cerr << e.what() << "\n";  // names the JSON path, the value, the fix
 //   }
 //
-// Three kinds: `ConfigError` for a bad configuration (a JSON key, a value, an
+// Four kinds: `ConfigError` for a bad configuration (a JSON key, a value, an
 // option), `UsageError` for a training loop that calls the engine in an order
 // that would silently give wrong weights (the guard rails), `TrainingError` for
 // a run that cannot go on as configured (fp16 gradients that overflow even at
-// the minimum loss scale).
+// the minimum loss scale), `CheckpointError` for a checkpoint that cannot be
+// written or loaded into this engine.
 #pragma once
 
 #include <c10/util/StringUtil.h>
@@ -58,6 +59,16 @@ class TrainingError : public std::runtime_error {
  public:
   /// Builds the error from its full message.
   explicit TrainingError(const std::string& message) : std::runtime_error(message) {}
+};
+
+/// A checkpoint cannot be saved or loaded: a file is missing, truncated or corrupted
+/// (the message names it), or it does not fit this engine (a parameter's name, shape or
+/// dtype; a window in progress saved with another GAS, world size or precision). A
+/// failed load leaves the engine as it was.
+class CheckpointError : public std::runtime_error {
+ public:
+  /// Builds the error from its full message.
+  explicit CheckpointError(const std::string& message) : std::runtime_error(message) {}
 };
 
 }  // namespace stepwise

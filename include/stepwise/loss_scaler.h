@@ -41,6 +41,18 @@ struct LossScalerOptions {
   TORCH_ARG(double, min_scale) = 1.0;
 };
 
+/// Where a LossScaler is in its rule (what a checkpoint saves of it).
+struct LossScalerState {
+  /// The scale S.
+  double scale = 1.0;
+  /// Boundaries recorded.
+  int64_t iteration = 0;
+  /// The iteration of the last overflow (-1: none).
+  int64_t last_overflow_iteration = -1;
+  /// The hysteresis budget left.
+  int64_t hysteresis_left = 0;
+};
+
 /// The loss scale and its update rule. see NOTE: [loss scale rule]
 class LossScaler {
  public:
@@ -62,6 +74,17 @@ class LossScaler {
   int64_t hysteresis_left() const { return hysteresis_left_; }
   /// The options it was built with.
   const LossScalerOptions& options() const { return options_; }
+  /// Its state, for a checkpoint.
+  LossScalerState state() const {
+    return {scale_, iteration_, last_overflow_iteration_, hysteresis_left_};
+  }
+  /// Continues from `state` (a checkpoint's).
+  void restore(const LossScalerState& state) {
+    scale_ = state.scale;
+    iteration_ = state.iteration;
+    last_overflow_iteration_ = state.last_overflow_iteration;
+    hysteresis_left_ = state.hysteresis_left;
+  }
 
  private:
   LossScalerOptions options_;

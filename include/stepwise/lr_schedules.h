@@ -205,5 +205,8 @@ std::unique_ptr<Schedule> make_scheduler(const ScheduleOptions& options,
 std::vector<double> current_lrs(torch::optim::Optimizer& optimizer);
 /// How many times step() was called on any torch::optim::LRScheduler.
 int64_t scheduler_step_count(const torch::optim::LRScheduler& scheduler);
+/// Sets that count (a checkpoint's): with the optimizer's lrs restored, the scheduler
+/// continues where it was (every LRScheduler's state is its step count and the lrs).
+void set_scheduler_step_count(torch::optim::LRScheduler& scheduler, int64_t count);
 
 }  // namespace stepwise

@@ -77,6 +77,8 @@ class Precision {
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
   /// The scaler (fp16 only), else null.
   const LossScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+  /// The scaler (fp16 only), else null; a checkpoint restores it.
+  LossScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
 
   /// What to call backward() on: the loss as fp32, times S for fp16.
   torch::Tensor scale_loss(const torch::Tensor& loss) const;

@@ -36,7 +36,7 @@ TEST(Config, ConfigKeysAreTheParsersOwnReads) {
     }
     return ConfigKey{path, "missing", "missing"};
   };
-  EXPECT_EQ(keys.size(), 62u);
+  EXPECT_EQ(keys.size(), 64u);
   EXPECT_EQ(find("stepwise.check_params_changed").default_value, "true");
   EXPECT_EQ(find("optimizer.params.betas").type, "[number, number]");
   EXPECT_EQ(find("optimizer.params.betas").default_value, "[0.9,0.999]");
@@ -143,7 +143,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "train_batch_size, train_micro_batch_size_per_gpu, "
                   "gradient_accumulation_steps, gradient_clipping, steps_per_print, "
                   "wall_clock_breakdown, optimizer, scheduler, fp16, bf16, zero_optimization, "
-                  "stepwise"},
+                  "stepwise, checkpoint"},
         ErrorCase{"UnsupportedDeepSpeedFeature",
                   R"({"train_batch_size": 8, "activation_checkpointing": {}})",
                   "\"activation_checkpointing\" is a DeepSpeed feature stepwise does not "

@@ -150,6 +150,15 @@ TEST(LeftoverCalls, EachOptOutTurnsItsCheckOff) {
   b.engine.step();
   EXPECT_EQ(b.engine.global_steps(), 1);
 
+  // An in-place change allowed at step() is not refused again at the next backward().
+  Trainer b2(config("SGD", R"({"check_grads_changed": false})"));
+  b2.engine.backward(b2.loss(0));
+  b2.model->weight.mutable_grad().mul_(0.5);
+  b2.engine.step();
+  b2.engine.backward(b2.loss(1));
+  b2.engine.step();
+  EXPECT_EQ(b2.engine.global_steps(), 1);
+
   Trainer c(config("SGD", R"({"check_params_changed": false})"));
   c.engine.backward(c.loss(0));
   c.engine.step();

@@ -129,6 +129,22 @@ TEST(Windows, ABoundarySetByHandEndsTheWindowLikeAGasKEngine) {
   EXPECT_EQ(manual.engine.micro_steps(), 12);
 }
 
+TEST(Windows, TheBoundaryIsClearedOnlyBetweenWindows) {
+  Trainer r(4);
+  r.engine.set_gradient_accumulation_boundary(false);
+  r.engine.backward(r.loss(0));
+  r.engine.backward(r.loss(1));
+  EXPECT_EQ(testing::error_of<UsageError>([&] { r.engine.clear_gradient_accumulation_boundary(); }),
+            "engine.clear_gradient_accumulation_boundary() was called inside a window (2 "
+            "backward() calls pending): counting would end that window as if it had GAS "
+            "micro-batches. End it first (a step() with the boundary set to true, or flush()), "
+            "then clear it");
+  r.engine.set_gradient_accumulation_boundary(true);
+  r.engine.step();
+  r.engine.clear_gradient_accumulation_boundary();
+  EXPECT_EQ(r.engine.micro_steps(), 4);
+}
+
 TEST(Windows, ABoundarySetByHandAfterGasBackwardsEqualsCounting) {
   Trainer manual(4), counting(4);
   manual.engine.set_gradient_accumulation_boundary(false);

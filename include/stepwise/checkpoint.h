@@ -1,0 +1,71 @@
+// stepwise: checkpoints that resume exactly, wherever they were taken.
+//
+// Usage {.cpp .fragment context="engine"}:
+//
+//   //~ const std::string dir = std::filesystem::temp_directory_path() / "stepwise-usage";
+//   engine.backward(loss_of(0));
+//   engine.step();  // micro-step 1 of 4: a window in progress
+//   engine.save_checkpoint(dir, stepwise::SaveOptions().client_state({{"epoch", 3}}));
+//   auto loaded = engine.load_checkpoint(dir);  // in a fresh process, after initialize
+//   int64_t epoch = loaded.client_state.at("epoch").toInt();
+//
+// NOTE: [checkpoint layout] A checkpoint is a folder `<dir>/<tag>/` holding
+// `mp_rank_00_model_states.pt` (written by rank 0: the weights, fp32 masters, optimizer,
+// scheduler position, loss scaler, counters, config and client state) and one
+// `window_rank_<r>.pt` per rank (that rank's gradients of the window in progress, not yet
+// reduced, and its counters). Each file is a pickled dict of tensors and scalars that
+// Python's torch.load reads. `<dir>/latest` names the newest tag. A save writes the folder
+// under a temporary name and renames it into place, then replaces `latest` by rename, so
+// a save killed at any point leaves the previous checkpoint and `latest` loadable.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <torch/arg.h>
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace stepwise {
+
+/// What the caller saves with a checkpoint (epoch, data position, RNG state): string
+/// keys, IValue values (tensors, ints, doubles, strings, lists, dicts).
+using ClientState = std::map<std::string, c10::IValue>;
+
+/// Options of Engine::save_checkpoint.
+struct SaveOptions {
+  /// The checkpoint's name (a folder under the directory). Unset: "global_step<N>".
+  TORCH_ARG(std::optional<std::string>, tag) = std::nullopt;
+  /// Saved with the checkpoint and returned by load_checkpoint.
+  TORCH_ARG(ClientState, client_state) = {};
+  /// Whether `<dir>/latest` then names this tag.
+  TORCH_ARG(bool, save_latest) = true;
+};
+
+/// Options of Engine::load_checkpoint (DeepSpeed's names and defaults).
+struct LoadOptions {
+  /// The checkpoint to load. Unset: the one `<dir>/latest` names.
+  TORCH_ARG(std::optional<std::string>, tag) = std::nullopt;
+  /// Every parameter and buffer of the model must be in the checkpoint, and no other.
+  TORCH_ARG(bool, load_module_strict) = true;
+  /// Load the optimizer's state (moments, step counts, hyperparameters).
+  TORCH_ARG(bool, load_optimizer_states) = true;
+  /// Load the LR scheduler's position.
+  TORCH_ARG(bool, load_lr_scheduler_states) = true;
+  /// Load the model's weights only: no optimizer, scheduler, loss scale, counters or
+  /// window in progress (fine-tuning from a checkpoint).
+  TORCH_ARG(bool, load_module_only) = false;
+};
+
+/// What Engine::load_checkpoint returns.
+struct LoadedCheckpoint {
+  /// The checkpoint's folder.
+  std::string path;
+  /// The client state saved with it.
+  ClientState client_state;
+};
+
+/// The tags of the checkpoints in `dir` (folders holding a model-states file), sorted.
+std::vector<std::string> checkpoint_tags(const std::string& dir);
+
+}  // namespace stepwise

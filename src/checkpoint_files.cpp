@@ -1,0 +1,182 @@
+#include "checkpoint_files.h"
+
+#include "hash_bytes.h"
+
+#include <stepwise/checkpoint.h>
+#include <stepwise/errors.h>
+
+#include <torch/serialize.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace stepwise {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> checkpoint_tags(const std::string& dir) {
+  std::vector<std::string> tags;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name[0] == '.') continue;  // partial folders of killed saves
+    if (fs::exists(entry.path() / detail::kModelStatesFile)) tags.push_back(name);
+  }
+  std::sort(tags.begin(), tags.end());
+  return tags;
+}
+
+namespace detail {
+
+namespace {
+
+std::string tags_present(const std::string& dir) {
+  const auto tags = checkpoint_tags(dir);
+  if (tags.empty()) return "no checkpoint is in " + dir;
+  std::string out = "the tags in " + dir + " are:";
+  for (const auto& t : tags) out += " " + t;
+  return out;
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void write_bytes(const std::string& path, const char* data, size_t size) {
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(data, static_cast<std::streamsize>(size));
+    out.flush();
+    STEPWISE_CHECK(out.good(), CheckpointError, "cannot write checkpoint file ", path, ": ",
+                   std::strerror(errno));
+  }
+  fsync_path(path, false);
+}
+
+}  // namespace
+
+std::string window_file(int64_t rank) { return c10::str("window_rank_", rank, ".pt"); }
+
+void check_tag(const std::string& tag) {
+  const bool ok = !tag.empty() && tag.find('/') == std::string::npos && tag != "latest" &&
+                  tag[0] != '.';
+  STEPWISE_CHECK(ok, CheckpointError, "checkpoint tag \"", tag,
+                 "\" cannot name a folder: use a non-empty name without '/' that does not start "
+                 "with '.' and is not \"latest\" (the default is \"global_step<N>\")");
+}
+
+std::string read_latest(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "latest");
+  std::string tag;
+  STEPWISE_CHECK(in && std::getline(in, tag) && !tag.empty(), CheckpointError, "no file ",
+                 (fs::path(dir) / "latest").string(),
+                 " names the checkpoint to load: pass LoadOptions().tag(...); ", tags_present(dir));
+  return tag;
+}
+
+void write_latest(const std::string& dir, const std::string& tag) {
+  const std::string tmp = (fs::path(dir) / ".latest.partial").string();
+  const std::string line = tag + "\n";
+  write_bytes(tmp, line.data(), line.size());
+  std::error_code ec;
+  fs::rename(tmp, fs::path(dir) / "latest", ec);
+  STEPWISE_CHECK(!ec, CheckpointError, "cannot replace ", (fs::path(dir) / "latest").string(),
+                 ": ", ec.message());
+  fsync_path(dir, true);
+}
+
+std::string partial_folder(const std::string& dir, const std::string& tag) {
+  return (fs::path(dir) / ("." + tag + ".partial")).string();
+}
+
+void make_partial_folder(const std::string& partial) {
+  std::error_code ec;
+  fs::remove_all(partial, ec);
+  fs::create_directories(partial, ec);
+  STEPWISE_CHECK(!ec, CheckpointError, "cannot create checkpoint folder ", partial, ": ",
+                 ec.message());
+}
+
+void publish(const std::string& partial, const std::string& dir, const std::string& tag) {
+  fsync_path(partial, true);
+  const fs::path target = fs::path(dir) / tag;
+  if (fs::exists(target)) {
+    // Swap the two in one step, so `<dir>/<tag>` is never missing, then drop the old one.
+    const int rc = ::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, target.c_str(),
+                               RENAME_EXCHANGE);
+    STEPWISE_CHECK(rc == 0, CheckpointError, "cannot replace checkpoint ", target.string(), ": ",
+                   std::strerror(errno));
+    std::error_code ec;
+    fs::remove_all(partial, ec);
+  } else {
+    std::error_code ec;
+    fs::rename(partial, target, ec);
+    STEPWISE_CHECK(!ec, CheckpointError, "cannot move ", partial, " to ", target.string(), ": ",
+                   ec.message());
+  }
+  fsync_path(dir, true);
+}
+
+// NOTE: [checkpoint checksums] The zip that pickle_save writes is read back without
+// checking its CRCs, so a flipped byte in tensor data would load silently. Each file
+// has a sidecar `<file>.sum` ("<size> <hash>"), written after it and checked before it
+// is unpickled.
+uint64_t checksum(const std::vector<char>& bytes) {
+  return hash_bytes(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+}
+
+void write_pickle(const std::string& path, const c10::IValue& value) {
+  const std::vector<char> bytes = torch::pickle_save(value);
+  write_bytes(path, bytes.data(), bytes.size());
+  const std::string sum = c10::str(bytes.size(), " ", checksum(bytes), "\n");
+  write_bytes(path + ".sum", sum.data(), sum.size());
+}
+
+c10::IValue read_pickle(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  STEPWISE_CHECK(in.good(), CheckpointError, "checkpoint file ", path, " is missing; ",
+                 tags_present(fs::path(path).parent_path().parent_path().string()));
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ifstream sum_file(path + ".sum");
+  size_t size = 0;
+  uint64_t sum = 0;
+  STEPWISE_CHECK(sum_file >> size >> sum, CheckpointError, "checkpoint file ", path,
+                 ".sum is missing or unreadable: the checkpoint was not completely written");
+  STEPWISE_CHECK(size == bytes.size() && sum == checksum(bytes), CheckpointError,
+                 "checkpoint file ", path, " (", bytes.size(), " bytes) is truncated or corrupted: ",
+                 size == bytes.size() ? "its checksum differs from the one written with it"
+                                      : c10::str("it should have ", size, " bytes"));
+  try {
+    return torch::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    throw CheckpointError(c10::str("checkpoint file ", path, " (", bytes.size(),
+                                   " bytes) is truncated or corrupted: ",
+                                   what.substr(0, what.find('\n'))));
+  }
+}
+
+at::Tensor bytes_tensor(const std::string& bytes) {
+  auto t = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  return t;
+}
+
+std::string tensor_bytes(const at::Tensor& tensor) {
+  const auto t = tensor.contiguous().cpu();
+  return std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()));
+}
+
+}  // namespace detail
+}  // namespace stepwise

@@ -1,0 +1,43 @@
+// stepwise (internal): the files of a checkpoint, written atomically and read with
+// errors that name them. see NOTE: [checkpoint layout]
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <string>
+#include <vector>
+
+namespace stepwise::detail {
+
+/// The file rank 0 writes: weights, optimizer, scheduler, scaler, counters, config.
+inline constexpr const char* kModelStatesFile = "mp_rank_00_model_states.pt";
+/// The file of one rank's window in progress.
+std::string window_file(int64_t rank);
+
+/// Throws CheckpointError unless `tag` can name a folder: not empty, no '/', not
+/// "latest", not starting with '.'.
+void check_tag(const std::string& tag);
+/// The tag `<dir>/latest` names; CheckpointError listing the tags present if none.
+std::string read_latest(const std::string& dir);
+/// Replaces `<dir>/latest` by rename, so it always names a complete checkpoint.
+void write_latest(const std::string& dir, const std::string& tag);
+/// `<dir>/.<tag>.partial`: where a save writes before publish() renames it.
+std::string partial_folder(const std::string& dir, const std::string& tag);
+/// Creates an empty partial folder (removing one a killed save left).
+void make_partial_folder(const std::string& partial);
+/// Renames the finished partial folder to `<dir>/<tag>`, atomically replacing a
+/// checkpoint of that tag if there is one.
+void publish(const std::string& partial, const std::string& dir, const std::string& tag);
+
+/// Pickles `value` (torch.load reads it) into `path`, flushed to disk.
+void write_pickle(const std::string& path, const c10::IValue& value);
+/// Reads what write_pickle wrote; CheckpointError naming the file when it is missing,
+/// truncated or corrupted.
+c10::IValue read_pickle(const std::string& path);
+
+/// The bytes of a serialized archive, as a uint8 tensor (to sit in a pickled dict).
+at::Tensor bytes_tensor(const std::string& bytes);
+/// Back to bytes.
+std::string tensor_bytes(const at::Tensor& tensor);
+
+}  // namespace stepwise::detail

@@ -1,0 +1,414 @@
+// Engine::save_checkpoint and Engine::load_checkpoint. see NOTE: [checkpoint layout]
+#include <stepwise/engine.h>
+
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include "checkpoint_files.h"
+#include "leftover_checks.h"
+
+#include <filesystem>
+#include <functional>
+#include <iostream>
+
+namespace stepwise {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Dict = c10::impl::GenericDict;
+
+#ifndef STEPWISE_VERSION
+#define STEPWISE_VERSION "unknown"
+#endif
+
+const char* precision_name(PrecisionMode mode) {
+  switch (mode) {
+    case PrecisionMode::kFp16:
+      return "fp16";
+    case PrecisionMode::kBf16:
+      return "bf16";
+    default:
+      return "fp32";
+  }
+}
+
+std::string optimizer_type(const torch::optim::Optimizer& optimizer) {
+  return c10::demangle(typeid(optimizer).name());
+}
+
+// LibTorch 1.13's Optimizer::load restores the state but not the parameter groups'
+// options (lr, betas, momentum, ...), so they are saved beside it, group by group.
+std::string save_optimizer(const torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  torch::serialize::OutputArchive state(archive.compilation_unit());
+  optimizer.save(state);
+  archive.write("state", state);
+  const auto& groups = optimizer.param_groups();
+  archive.write("groups", torch::tensor(static_cast<int64_t>(groups.size())));
+  for (size_t i = 0; i < groups.size(); ++i) {
+    torch::serialize::OutputArchive options(archive.compilation_unit());
+    groups[i].options().serialize(options);
+    archive.write(c10::str("options/", i), options);
+  }
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  return bytes.str();
+}
+
+void load_optimizer(torch::optim::Optimizer& optimizer, const std::string& bytes) {
+  torch::serialize::InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size());
+  torch::serialize::InputArchive state;
+  archive.read("state", state);
+  torch::Tensor groups;
+  archive.read("groups", groups);
+  auto& current = optimizer.param_groups();
+  TORCH_CHECK(groups.item<int64_t>() == static_cast<int64_t>(current.size()), "it has ",
+              groups.item<int64_t>(), " parameter groups, this optimizer ", current.size());
+  optimizer.load(state);
+  for (size_t i = 0; i < current.size(); ++i) {
+    torch::serialize::InputArchive options;
+    archive.read(c10::str("options/", i), options);
+    current[i].options().serialize(options);
+  }
+}
+
+// The tags of all ranks are compared (one all-gather of a hash over c10d).
+bool same_tag_everywhere(distributed::Context& ctx, const std::string& tag) {
+  const auto hash = static_cast<int64_t>(std::hash<std::string>{}(tag));
+  const auto all = ctx.all_gather(torch::tensor({hash}, torch::kLong), "checkpoint tag check");
+  for (const auto& t : all) {
+    if (t.item<int64_t>() != hash) return false;
+  }
+  return true;
+}
+
+const c10::IValue& entry(const Dict& dict, const char* key, const std::string& path) {
+  const auto it = dict.find(c10::IValue(std::string(key)));
+  STEPWISE_CHECK(it != dict.end(), CheckpointError, "checkpoint file ", path, " has no \"", key,
+                 "\" entry: it was not written by stepwise's save_checkpoint");
+  return it->value();
+}
+
+std::string shape_of(const torch::Tensor& t) { return c10::str(t.sizes()); }
+
+}  // namespace
+
+c10::IValue Engine::model_states(const ClientState& client_state) const {
+  c10::Dict<std::string, at::Tensor> module;
+  for (const auto& item : model_->named_parameters()) module.insert(item.key(), item.value().detach());
+  for (const auto& item : model_->named_buffers()) module.insert(item.key(), item.value().detach());
+  Dict d(c10::StringType::get(), c10::AnyType::get());
+  d.insert("module", module);
+  if (precision_->mode() != PrecisionMode::kFp32) {
+    c10::List<at::Tensor> masters;
+    for (const auto& m : precision_->optimizer_params()) masters.push_back(m.detach());
+    d.insert("fp32_masters", masters);
+  }
+  d.insert("optimizer_type", optimizer_type(*optimizer_));
+  d.insert("optimizer", detail::bytes_tensor(save_optimizer(*optimizer_)));
+  if (scheduler_) {
+    c10::Dict<std::string, int64_t> s;
+    s.insert("step_count", scheduler_step_count(*scheduler_));
+    s.insert("steps_taken", scheduler_steps_taken_);
+    d.insert("lr_scheduler", s);
+  } else {
+    d.insert("lr_scheduler", c10::IValue());
+  }
+  if (const LossScaler* scaler = precision_->scaler()) {
+    const LossScalerState st = scaler->state();
+    Dict s(c10::StringType::get(), c10::AnyType::get());
+    s.insert("scale", st.scale);
+    s.insert("iteration", st.iteration);
+    s.insert("last_overflow_iteration", st.last_overflow_iteration);
+    s.insert("hysteresis_left", st.hysteresis_left);
+    d.insert("loss_scaler", s);
+  } else {
+    d.insert("loss_scaler", c10::IValue());
+  }
+  d.insert("global_steps", global_steps());
+  d.insert("global_samples", global_samples());
+  d.insert("skipped_steps", skipped_steps());
+  d.insert("micro_steps", micro_steps());
+  d.insert("dp_world_size", sizes_.world_size);
+  d.insert("gradient_accumulation_steps", sizes_.gradient_accumulation_steps);
+  d.insert("precision", std::string(precision_name(precision_->mode())));
+  d.insert("ds_config", config_.json_text);
+  d.insert("stepwise_version", std::string(STEPWISE_VERSION));
+  d.insert("was_step_applied", was_step_applied_);
+  d.insert("global_grad_norm", global_grad_norm_);
+  d.insert("last_window_losses", c10::List<at::Tensor>(last_window_losses_));
+  d.insert("last_window_factor", last_window_factor_);
+  Dict client(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& [key, value] : client_state) client.insert(key, value);
+  d.insert("client_state", client);
+  return d;
+}
+
+c10::IValue Engine::window_state() const {
+  const AccumulatorState acc = accumulator_.state();
+  Dict d(c10::StringType::get(), c10::AnyType::get());
+  d.insert("rank", distributed::rank());
+  d.insert("world_size", sizes_.world_size);
+  d.insert("gradient_accumulation_steps", sizes_.gradient_accumulation_steps);
+  d.insert("precision", std::string(precision_name(precision_->mode())));
+  d.insert("micro_steps", acc.micro_steps);
+  d.insert("global_steps", acc.global_steps);
+  d.insert("skipped_steps", acc.skipped_steps);
+  d.insert("global_samples", acc.global_samples);
+  d.insert("window_backwards", acc.window_backwards);
+  d.insert("window_scaled", acc.window_scaled);
+  d.insert("awaiting_step", acc.awaiting_step);
+  d.insert("manual_boundary",
+           acc.manual_boundary ? static_cast<int64_t>(*acc.manual_boundary) : int64_t{-1});
+  c10::Dict<std::string, at::Tensor> grads;
+  const auto names = detail::trainable_names(*model_);
+  auto& params = const_cast<Precision&>(*precision_).model_params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].grad().defined()) grads.insert(names[i], params[i].grad().detach());
+  }
+  d.insert("grads", grads);
+  d.insert("window_losses", c10::List<at::Tensor>(window_losses_));
+  return d;
+}
+
+std::string Engine::save_checkpoint(const std::string& dir, const SaveOptions& options) {
+  const std::string tag = options.tag().value_or(c10::str("global_step", global_steps()));
+  detail::check_tag(tag);
+  const auto ctx = sizes_.world_size > 1 ? distributed::default_context() : nullptr;
+  const int64_t rank = ctx ? ctx->rank() : 0;
+  if (ctx && config_.checkpoint.tag_validation != TagValidation::kIgnore &&
+      !same_tag_everywhere(*ctx, tag)) {
+    STEPWISE_CHECK(config_.checkpoint.tag_validation != TagValidation::kFail, CheckpointError,
+                   "the ranks passed different checkpoint tags (this rank: \"", tag,
+                   "\"); nothing was written. Pass the same tag on every rank, or leave it "
+                   "unset (\"global_step<N>\")");
+    if (rank == 0) {
+      std::cerr << "[stepwise] warning: the ranks passed different checkpoint tags; saving as "
+                   "rank 0's \""
+                << tag << "\" (checkpoint.tag_validation is Warn)\n";
+    }
+  }
+  const std::string partial = detail::partial_folder(dir, tag);
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    STEPWISE_CHECK(!ec, CheckpointError, "cannot create checkpoint directory ", dir, ": ",
+                   ec.message());
+    detail::make_partial_folder(partial);
+  }
+  if (ctx) ctx->barrier("checkpoint save: folder created");
+  detail::write_pickle((fs::path(partial) / detail::window_file(rank)).string(), window_state());
+  if (rank == 0) {
+    detail::write_pickle((fs::path(partial) / detail::kModelStatesFile).string(),
+                         model_states(options.client_state()));
+  }
+  if (ctx) ctx->barrier("checkpoint save: files written");
+  if (rank == 0) {
+    detail::publish(partial, dir, tag);
+    if (options.save_latest()) detail::write_latest(dir, tag);
+  }
+  if (ctx) ctx->barrier("checkpoint save: published");
+  return (fs::path(dir) / tag).string();
+}
+
+LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
+  const std::string tag = options.tag() ? *options.tag() : detail::read_latest(dir);
+  detail::check_tag(tag);
+  const auto ctx = sizes_.world_size > 1 ? distributed::default_context() : nullptr;
+  STEPWISE_CHECK(!ctx || same_tag_everywhere(*ctx, tag), CheckpointError,
+                 "the ranks are loading different checkpoints (this rank: \"", tag,
+                 "\"): pass the same LoadOptions().tag(...) on every rank, or none");
+  const std::string path = (fs::path(dir) / tag).string();
+  const std::string states_file = (fs::path(path) / detail::kModelStatesFile).string();
+  if (!fs::exists(states_file)) {
+    std::string present;
+    for (const auto& t : checkpoint_tags(dir)) present += " " + t;
+    throw CheckpointError(c10::str("no checkpoint \"", tag, "\" in ", dir, ": ",
+                                   present.empty() ? std::string("it holds none")
+                                                   : "the tags present are:" + present));
+  }
+  const c10::IValue states = detail::read_pickle(states_file);
+  STEPWISE_CHECK(states.isGenericDict(), CheckpointError, "checkpoint file ", states_file,
+                 " does not hold a dict: it was not written by stepwise's save_checkpoint");
+  std::optional<c10::IValue> window;
+  const std::string window_path =
+      (fs::path(path) / detail::window_file(distributed::rank())).string();
+  if (!options.load_module_only() && fs::exists(window_path)) {
+    window = detail::read_pickle(window_path);
+  }
+  const Dict window_dict = window ? window->toGenericDict() : Dict(c10::StringType::get(), c10::AnyType::get());
+  load_states(states.toGenericDict(), window ? &window_dict : nullptr, options, path);
+  if (ctx) ctx->barrier("checkpoint load");
+  LoadedCheckpoint out{path, {}};
+  for (const auto& e : entry(states.toGenericDict(), "client_state", states_file).toGenericDict()) {
+    out.client_state.emplace(e.key().toStringRef(), e.value());
+  }
+  return out;
+}
+
+void Engine::load_states(const Dict& states, const Dict* window, const LoadOptions& options,
+                         const std::string& path) {
+  const std::string states_file = (fs::path(path) / detail::kModelStatesFile).string();
+  // 1. Check everything, change nothing.
+  const Dict module = entry(states, "module", states_file).toGenericDict();
+  std::map<std::string, torch::Tensor> saved;
+  for (const auto& e : module) saved.emplace(e.key().toStringRef(), e.value().toTensor());
+  std::map<std::string, torch::Tensor> targets;
+  for (const auto& item : model_->named_parameters()) targets.emplace(item.key(), item.value());
+  for (const auto& item : model_->named_buffers()) targets.emplace(item.key(), item.value());
+  for (const auto& [name, target] : targets) {
+    const auto it = saved.find(name);
+    STEPWISE_CHECK(it != saved.end() || !options.load_module_strict(), CheckpointError,
+                   "parameter or buffer \"", name, "\" of this model is not in ", states_file,
+                   ": load the checkpoint of the same model, or pass "
+                   "LoadOptions().load_module_strict(false) to keep its current value");
+    if (it == saved.end()) continue;
+    STEPWISE_CHECK(it->second.sizes() == target.sizes(), CheckpointError, "parameter \"", name,
+                   "\" has shape ", shape_of(it->second), " in ", states_file, " but ",
+                   shape_of(target), " in this model");
+    STEPWISE_CHECK(it->second.is_floating_point() == target.is_floating_point() &&
+                       (target.is_floating_point() || it->second.dtype() == target.dtype()),
+                   CheckpointError, "parameter \"", name, "\" is ", it->second.dtype(), " in ",
+                   states_file, " but ", target.dtype(), " in this model");
+  }
+  if (options.load_module_strict()) {
+    for (const auto& [name, tensor] : saved) {
+      STEPWISE_CHECK(targets.count(name) != 0, CheckpointError, "\"", name, "\" in ", states_file,
+                     " is not a parameter or buffer of this model: load the checkpoint of the "
+                     "same model, or pass LoadOptions().load_module_strict(false) to ignore it");
+    }
+  }
+  const auto names = detail::trainable_names(*model_);
+  std::vector<torch::Tensor> saved_masters;
+  const auto masters_it = states.find(c10::IValue(std::string("fp32_masters")));
+  if (masters_it != states.end()) {
+    for (const auto& m : masters_it->value().toTensorList()) saved_masters.push_back(m);
+    STEPWISE_CHECK(saved_masters.size() == names.size(), CheckpointError, states_file, " holds ",
+                   saved_masters.size(), " fp32 master weights; this model has ", names.size(),
+                   " trainable parameters");
+  }
+  const int64_t saved_world = entry(states, "dp_world_size", states_file).toInt();
+  const int64_t saved_gas = entry(states, "gradient_accumulation_steps", states_file).toInt();
+  const std::string saved_precision = entry(states, "precision", states_file).toStringRef();
+  const std::string precision = precision_name(precision_->mode());
+  bool mid_window = false;
+  if (window != nullptr) {
+    const std::string window_file = (fs::path(path) / detail::window_file(distributed::rank())).string();
+    const int64_t pending = entry(*window, "window_backwards", window_file).toInt();
+    mid_window = pending > 0 ||
+                 entry(*window, "awaiting_step", window_file).toBool();
+    const auto reason = saved_world != sizes_.world_size ? c10::str("world size ", saved_world, " (now ", sizes_.world_size, ")")
+                        : saved_gas != sizes_.gradient_accumulation_steps
+                            ? c10::str("gradient_accumulation_steps ", saved_gas, " (now ", sizes_.gradient_accumulation_steps, ")")
+                        : saved_precision != precision ? c10::str("precision ", saved_precision, " (now ", precision, ")")
+                                                       : std::string();
+    STEPWISE_CHECK(!mid_window || reason.empty(), CheckpointError, "checkpoint ", path,
+                   " was saved inside an accumulation window (", pending,
+                   pending == 1 ? " micro-batch" : " micro-batches", " pending) with ", reason,
+                   ": its pending gradients belong to that setup. Resume it with the same GAS, "
+                   "world size and precision, or save at a boundary (a different world size "
+                   "is allowed there)");
+  }
+  const bool full = !options.load_module_only();
+  if (full && options.load_optimizer_states()) {
+    const std::string saved_type = entry(states, "optimizer_type", states_file).toStringRef();
+    STEPWISE_CHECK(saved_type == optimizer_type(*optimizer_), CheckpointError, states_file,
+                   " holds the state of a ", saved_type, "; this engine's optimizer is a ",
+                   optimizer_type(*optimizer_),
+                   ": build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
+    // The optimizer checks its own state while loading; on failure put the old one back.
+    const std::string backup = save_optimizer(*optimizer_);
+    try {
+      load_optimizer(*optimizer_,
+                     detail::tensor_bytes(entry(states, "optimizer", states_file).toTensor()));
+    } catch (const std::exception& e) {
+      load_optimizer(*optimizer_, backup);
+      const std::string what = e.what();
+      throw CheckpointError(c10::str("the optimizer state in ", states_file,
+                                     " does not fit this engine's optimizer: ",
+                                     what.substr(0, what.find('\n'))));
+    }
+  }
+
+  // 2. Nothing below can fail on the checkpoint's content.
+  torch::NoGradGuard no_grad;
+  auto& model_params = precision_->model_params();
+  const auto& masters = precision_->optimizer_params();
+  std::map<std::string, size_t> trainable_index;
+  for (size_t i = 0; i < names.size(); ++i) trainable_index.emplace(names[i], i);
+  for (const auto& [name, target] : targets) {
+    const auto it = saved.find(name);
+    if (it == saved.end()) continue;
+    const auto t = trainable_index.find(name);
+    if (t == trainable_index.end()) {
+      target.copy_(it->second);
+      continue;
+    }
+    const size_t i = t->second;
+    const torch::Tensor& precise = saved_masters.empty() ? it->second : saved_masters[i];
+    if (masters[i].is_same(model_params[i])) {
+      model_params[i].copy_(precise);
+    } else {
+      const_cast<torch::Tensor&>(masters[i]).copy_(precise);
+      model_params[i].copy_(it->second);
+    }
+  }
+  if (full) {
+    const auto& sched = entry(states, "lr_scheduler", states_file);
+    if (options.load_lr_scheduler_states() && scheduler_ && !sched.isNone()) {
+      const auto s = sched.toGenericDict();
+      const int64_t count = s.at(c10::IValue(std::string("step_count"))).toInt();
+      scheduler_steps_taken_ = s.at(c10::IValue(std::string("steps_taken"))).toInt();
+      set_scheduler_step_count(*scheduler_, count);
+      scheduler_steps_at_start_ = count - scheduler_steps_taken_;
+    } else if (scheduler_) {
+      scheduler_steps_at_start_ = scheduler_step_count(*scheduler_) - scheduler_steps_taken_;
+    }
+    const auto& scaler_state = entry(states, "loss_scaler", states_file);
+    if (LossScaler* scaler = precision_->scaler(); scaler && !scaler_state.isNone()) {
+      const auto s = scaler_state.toGenericDict();
+      auto get = [&](const char* key) { return s.at(c10::IValue(std::string(key))); };
+      scaler->restore({get("scale").toDouble(), get("iteration").toInt(),
+                       get("last_overflow_iteration").toInt(), get("hysteresis_left").toInt()});
+    }
+    AccumulatorState acc;
+    acc.micro_steps = entry(states, "micro_steps", states_file).toInt();
+    acc.global_steps = entry(states, "global_steps", states_file).toInt();
+    acc.skipped_steps = entry(states, "skipped_steps", states_file).toInt();
+    acc.global_samples = entry(states, "global_samples", states_file).toInt();
+    const int64_t gas = sizes_.gradient_accumulation_steps;
+    for (auto& p : model_params) p.mutable_grad() = torch::Tensor();
+    window_losses_.clear();
+    if (mid_window) {
+      const auto get = [&](const char* key) { return window->at(c10::IValue(std::string(key))); };
+      acc.window_backwards = get("window_backwards").toInt();
+      acc.window_scaled = get("window_scaled").toInt();
+      acc.awaiting_step = get("awaiting_step").toBool();
+      const int64_t manual = get("manual_boundary").toInt();
+      if (manual >= 0) acc.manual_boundary = manual == 1;
+      for (const auto& e : get("grads").toGenericDict()) {
+        const size_t i = trainable_index.at(e.key().toStringRef());
+        model_params[i].mutable_grad() =
+            e.value().toTensor().to(model_params[i].options()).clone();
+      }
+      for (const auto& l : get("window_losses").toTensorList()) window_losses_.push_back(l);
+    } else if (saved_gas != gas) {
+      acc.micro_steps = (acc.micro_steps + gas - 1) / gas * gas;  // the next window is whole
+    }
+    accumulator_.restore(acc);
+    was_step_applied_ = entry(states, "was_step_applied", states_file).toBool();
+    global_grad_norm_ = entry(states, "global_grad_norm", states_file).toDouble();
+    last_window_losses_.clear();
+    for (const auto& l : entry(states, "last_window_losses", states_file).toTensorList()) {
+      last_window_losses_.push_back(l);
+    }
+    last_window_factor_ = entry(states, "last_window_factor", states_file).toDouble();
+  }
+  // The load changed weights and gradients on purpose: the guard rails start afresh.
+  leftover_checks_ = std::make_unique<detail::LeftoverChecks>(
+      config_.stepwise, names, precision_->model_params(), precision_->optimizer_params());
+}
+
+}  // namespace stepwise

@@ -1,0 +1,324 @@
+// Checkpoints: exact resume from every micro-step of a window, in every precision, with
+// and without a scheduler, GAS 1 and 4; the errors; what a load may and may not change.
+#include <stepwise/engine.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "support/error_of.h"
+#include "support/scratch_dir.h"
+
+namespace stepwise {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Element-wise (fp16 runs on the CPU only without matmuls in LibTorch 1.13).
+struct ScaleModelImpl : torch::nn::Module {
+  torch::Tensor w = register_parameter("w", torch::linspace(0.2, 0.8, 4));
+  torch::Tensor b = register_parameter("b", torch::full({1}, 0.1));
+  torch::Tensor steps = register_buffer("steps", torch::zeros({1}, torch::kLong));
+  torch::Tensor forward(const torch::Tensor& x) { return (x * w).sum(1) + b; }
+};
+TORCH_MODULE(ScaleModel);
+
+struct RunSetup {
+  std::string precision;  // "fp32", "fp16", "bf16"
+  bool scheduler;
+  int64_t gas;
+  std::string optimizer = "AdamW";
+};
+
+std::string config_json(const RunSetup& s) {
+  std::string json = c10::str(
+      R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": )", s.gas,
+      R"(, "gradient_clipping": 0.5, "steps_per_print": 1000000,
+          "optimizer": {"type": ")", s.optimizer, R"(", "params": {"lr": 0.05)",
+      s.optimizer == "SGD" ? R"(, "momentum": 0.9)" : "", "}}");
+  if (s.scheduler) {
+    json += R"(, "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": 0.05,
+        "warmup_num_steps": 3, "total_num_steps": 20, "warmup_type": "linear"}})";
+  }
+  if (s.precision == "fp16") {
+    json += R"(, "fp16": {"enabled": true, "initial_scale_power": 12, "loss_scale_window": 2})";
+  }
+  if (s.precision == "bf16") json += R"(, "bf16": {"enabled": true})";
+  return json + "}";
+}
+
+torch::Dtype dtype_of(const RunSetup& s) {
+  return s.precision == "fp16" ? torch::kHalf : s.precision == "bf16" ? torch::kBFloat16
+                                                                      : torch::kFloat;
+}
+
+struct Trainer {
+  ScaleModel model;
+  Engine engine;
+  RunSetup setup;
+  explicit Trainer(const RunSetup& s) : engine(initialize(model, Config::from_string(config_json(s)))), setup(s) {}
+  // Micro-step t: backward + step, with a flush after every 7th micro-batch (an epoch).
+  void micro_step(int64_t t) {
+    torch::manual_seed(100 + t);
+    auto x = torch::randn({2, 4}).to(dtype_of(setup));
+    auto y = torch::randn({2}).to(dtype_of(setup));
+    engine.backward((model->forward(x) - y).pow(2).mean());
+    engine.step();
+    if ((t + 1) % 7 == 0) engine.flush();
+  }
+};
+
+void expect_same(Trainer& a, Trainer& b, const std::string& where) {
+  EXPECT_TRUE(torch::equal(a.model->w, b.model->w)) << where << a.model->w << b.model->w;
+  EXPECT_TRUE(torch::equal(a.model->b, b.model->b)) << where;
+  for (size_t i = 0; i < a.engine.precision().optimizer_params().size(); ++i) {
+    EXPECT_TRUE(torch::equal(a.engine.precision().optimizer_params()[i],
+                             b.engine.precision().optimizer_params()[i]))
+        << where << " master " << i;
+  }
+  EXPECT_EQ(a.engine.micro_steps(), b.engine.micro_steps()) << where;
+  EXPECT_EQ(a.engine.global_steps(), b.engine.global_steps()) << where;
+  EXPECT_EQ(a.engine.skipped_steps(), b.engine.skipped_steps()) << where;
+  EXPECT_EQ(a.engine.global_samples(), b.engine.global_samples()) << where;
+  EXPECT_EQ(a.engine.get_lr(), b.engine.get_lr()) << where;
+  EXPECT_EQ(a.engine.loss_scale(), b.engine.loss_scale()) << where;
+  EXPECT_TRUE(torch::equal(a.engine.window_loss(), b.engine.window_loss())) << where;
+}
+
+TEST(Checkpoint, ResumesBitForBitFromEveryMicroStepOfAWindow) {
+  testing::ScratchDir dir("stepwise-ckpt-exact");
+  const int64_t total = 18;
+  for (const std::string precision : {"fp32", "fp16", "bf16"}) {
+    for (bool scheduler : {false, true}) {
+      for (int64_t gas : {1, 4}) {
+        const RunSetup s{precision, scheduler, gas};
+        Trainer whole(s);
+        for (int64_t t = 0; t < total; ++t) whole.micro_step(t);
+        // Every position of the second window, boundary and inside: 4..8 (GAS 4), 4..5 (GAS 1).
+        for (int64_t k = 4; k <= 4 + gas; ++k) {
+          const std::string where = c10::str(precision, scheduler ? " +sched" : "", " GAS ", gas,
+                                             " saved after micro-step ", k, ": ");
+          Trainer first(s);
+          for (int64_t t = 0; t < k; ++t) first.micro_step(t);
+          first.engine.save_checkpoint(dir.path());
+          Trainer resumed(s);  // a fresh engine with the same construction
+          resumed.engine.load_checkpoint(dir.path());
+          for (int64_t t = k; t < total; ++t) resumed.micro_step(t);
+          expect_same(whole, resumed, where);
+        }
+      }
+    }
+  }
+}
+
+TEST(Checkpoint, SgdMomentumAndClientSchedulerResumeExactly) {
+  testing::ScratchDir dir("stepwise-ckpt-sgd");
+  auto build = [](ScaleModel& model) {
+    auto optimizer = std::make_unique<torch::optim::SGD>(
+        model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    auto scheduler = std::make_unique<torch::optim::StepLR>(*optimizer, 2, 0.5);
+    return initialize(model, Config::from_string(R"({"train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 2, "steps_per_print": 1000000})"),
+                      std::move(optimizer), std::move(scheduler));
+  };
+  auto step = [](ScaleModel& model, Engine& engine, int64_t t) {
+    torch::manual_seed(t);
+    engine.backward((model->forward(torch::randn({2, 4})) - torch::randn({2})).pow(2).mean());
+    engine.step();
+  };
+  ScaleModel m1, m2, m3;
+  auto whole = build(m1);
+  for (int64_t t = 0; t < 12; ++t) step(m1, whole, t);
+  auto first = build(m2);
+  for (int64_t t = 0; t < 5; ++t) step(m2, first, t);
+  first.save_checkpoint(dir.path(), SaveOptions().tag("mid"));
+  auto resumed = build(m3);
+  resumed.load_checkpoint(dir.path(), LoadOptions().tag("mid"));
+  for (int64_t t = 5; t < 12; ++t) step(m3, resumed, t);
+  EXPECT_TRUE(torch::equal(m1->w, m3->w));
+  EXPECT_EQ(whole.get_lr(), resumed.get_lr());
+  EXPECT_EQ(scheduler_step_count(*whole.lr_scheduler()),
+            scheduler_step_count(*resumed.lr_scheduler()));
+}
+
+TEST(Checkpoint, ClientStateAndLayout) {
+  testing::ScratchDir dir("stepwise-ckpt-layout");
+  Trainer r(RunSetup{"fp32", true, 4});
+  for (int64_t t = 0; t < 6; ++t) r.micro_step(t);
+  const std::string path = r.engine.save_checkpoint(
+      dir.path(), SaveOptions().client_state({{"epoch", 3}, {"position", 1234},
+                                              {"rng", at::detail::getDefaultCPUGenerator().get_state()}}));
+  EXPECT_EQ(path, (fs::path(dir.path()) / "global_step1").string());
+  EXPECT_TRUE(fs::exists(fs::path(path) / "mp_rank_00_model_states.pt"));
+  EXPECT_TRUE(fs::exists(fs::path(path) / "window_rank_0.pt"));
+  std::ifstream latest(fs::path(dir.path()) / "latest");
+  std::string tag;
+  std::getline(latest, tag);
+  EXPECT_EQ(tag, "global_step1");
+  r.engine.save_checkpoint(dir.path(), SaveOptions().tag("other").save_latest(false));
+  EXPECT_EQ(checkpoint_tags(dir.path()), (std::vector<std::string>{"global_step1", "other"}));
+
+  Trainer fresh(RunSetup{"fp32", true, 4});
+  const auto loaded = fresh.engine.load_checkpoint(dir.path());
+  EXPECT_EQ(loaded.path, path);
+  EXPECT_EQ(loaded.client_state.at("epoch").toInt(), 3);
+  EXPECT_EQ(loaded.client_state.at("position").toInt(), 1234);
+  EXPECT_TRUE(torch::equal(loaded.client_state.at("rng").toTensor(),
+                           at::detail::getDefaultCPUGenerator().get_state()));
+}
+
+TEST(Checkpoint, MissingTagAndLatestListTheTagsPresent) {
+  testing::ScratchDir dir("stepwise-ckpt-missing");
+  Trainer r(RunSetup{"fp32", false, 1});
+  EXPECT_EQ(testing::error_of<CheckpointError>([&] { r.engine.load_checkpoint(dir.path()); }),
+            c10::str("no file ", (fs::path(dir.path()) / "latest").string(),
+                     " names the checkpoint to load: pass LoadOptions().tag(...); no checkpoint "
+                     "is in ", dir.path()));
+  r.engine.save_checkpoint(dir.path(), SaveOptions().tag("a").save_latest(false));
+  r.engine.save_checkpoint(dir.path(), SaveOptions().tag("b").save_latest(false));
+  EXPECT_EQ(testing::error_of<CheckpointError>(
+                [&] { r.engine.load_checkpoint(dir.path(), LoadOptions().tag("c")); }),
+            c10::str("no checkpoint \"c\" in ", dir.path(), ": the tags present are: a b"));
+  EXPECT_NE(testing::error_of<CheckpointError>(
+                [&] { r.engine.save_checkpoint(dir.path(), SaveOptions().tag("x/y")); })
+                .find("checkpoint tag \"x/y\" cannot name a folder"),
+            std::string::npos);
+}
+
+TEST(Checkpoint, TruncatedOrCorruptedFilesAreNamed) {
+  testing::ScratchDir dir("stepwise-ckpt-corrupt");
+  Trainer r(RunSetup{"fp32", true, 4});
+  for (int64_t t = 0; t < 5; ++t) r.micro_step(t);
+  const std::string path = r.engine.save_checkpoint(dir.path());
+  const std::string file = (fs::path(path) / "mp_rank_00_model_states.pt").string();
+  const auto size = fs::file_size(file);
+  const std::string before = r.engine.save_checkpoint(dir.path(), SaveOptions().tag("copy"));
+  fs::resize_file(file, size / 2);
+  Trainer fresh(RunSetup{"fp32", true, 4});
+  const auto w = fresh.model->w.clone();
+  const std::string error = testing::error_of<CheckpointError>(
+      [&] { fresh.engine.load_checkpoint(dir.path(), LoadOptions().tag("global_step1")); });
+  EXPECT_EQ(error.rfind(c10::str("checkpoint file ", file, " (", size / 2,
+                                 " bytes) is truncated or corrupted: "),
+                        0),
+            0u)
+      << error;
+  // A flipped byte in the middle of the tensor data (the zip's CRC catches it).
+  const std::string other = (fs::path(before) / "mp_rank_00_model_states.pt").string();
+  {
+    std::fstream f(other, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(other) / 2));
+    char c;
+    f.get(c);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(other) / 2));
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  EXPECT_NE(testing::error_of<CheckpointError>(
+                [&] { fresh.engine.load_checkpoint(dir.path(), LoadOptions().tag("copy")); })
+                .find("checkpoint file " + other),
+            std::string::npos);
+  EXPECT_TRUE(torch::equal(fresh.model->w, w)) << "a failed load changes nothing";
+  EXPECT_EQ(fresh.engine.micro_steps(), 0);
+}
+
+struct OtherModelImpl : torch::nn::Module {
+  torch::Tensor w = register_parameter("w", torch::zeros({5}));
+  torch::Tensor b = register_parameter("b", torch::zeros({1}));
+  torch::Tensor forward(const torch::Tensor& x) { return (x * w).sum(1) + b; }
+};
+TORCH_MODULE(OtherModel);
+
+TEST(Checkpoint, AModelThatDoesNotFitIsNamedAndLeftUnchanged) {
+  testing::ScratchDir dir("stepwise-ckpt-shape");
+  Trainer r(RunSetup{"fp32", false, 2});
+  for (int64_t t = 0; t < 3; ++t) r.micro_step(t);
+  r.engine.save_checkpoint(dir.path());
+  OtherModel other;
+  auto engine = initialize(other, Config::from_string(config_json(RunSetup{"fp32", false, 2})));
+  const std::string file =
+      (fs::path(dir.path()) / "global_step1" / "mp_rank_00_model_states.pt").string();
+  EXPECT_EQ(testing::error_of<CheckpointError>([&] { engine.load_checkpoint(dir.path()); }),
+            c10::str("parameter \"w\" has shape [4] in ", file, " but [5] in this model"));
+  EXPECT_TRUE(torch::equal(other->w, torch::zeros({5})));
+  // A model with a parameter the checkpoint lacks: strict names it; non-strict loads the rest.
+  struct WiderImpl : ScaleModelImpl {
+    torch::Tensor extra = register_parameter("extra", torch::ones({2}));
+  };
+  auto wider = std::make_shared<WiderImpl>();
+  auto e2 = initialize(wider, Config::from_string(config_json(RunSetup{"fp32", false, 2})));
+  EXPECT_EQ(testing::error_of<CheckpointError>([&] { e2.load_checkpoint(dir.path()); }),
+            c10::str("parameter or buffer \"extra\" of this model is not in ", file,
+                     ": load the checkpoint of the same model, or pass "
+                     "LoadOptions().load_module_strict(false) to keep its current value"));
+  // (its optimizer has another parameter count: the optimizer state cannot load either)
+  e2.load_checkpoint(dir.path(),
+                     LoadOptions().load_module_strict(false).load_optimizer_states(false));
+  EXPECT_TRUE(torch::equal(wider->w, r.model->w));
+  EXPECT_TRUE(torch::equal(wider->extra, torch::ones({2})));
+}
+
+TEST(Checkpoint, MidWindowNeedsTheSameSetupABoundaryDoesNot) {
+  testing::ScratchDir dir("stepwise-ckpt-setup");
+  Trainer r(RunSetup{"fp32", false, 4});
+  for (int64_t t = 0; t < 6; ++t) r.micro_step(t);  // 2 pending
+  r.engine.save_checkpoint(dir.path(), SaveOptions().tag("mid"));
+  r.engine.flush();  // a boundary
+  r.engine.save_checkpoint(dir.path(), SaveOptions().tag("boundary"));
+
+  Trainer gas2(RunSetup{"fp32", false, 2});
+  EXPECT_EQ(testing::error_of<CheckpointError>(
+                [&] { gas2.engine.load_checkpoint(dir.path(), LoadOptions().tag("mid")); }),
+            c10::str("checkpoint ", (fs::path(dir.path()) / "mid").string(),
+                     " was saved inside an accumulation window (2 micro-batches pending) with "
+                     "gradient_accumulation_steps 4 (now 2): its pending gradients belong to "
+                     "that setup. Resume it with the same GAS, world size and precision, or "
+                     "save at a boundary (a different world size is allowed there)"));
+  Trainer bf16(RunSetup{"bf16", false, 4});
+  EXPECT_NE(testing::error_of<CheckpointError>(
+                [&] { bf16.engine.load_checkpoint(dir.path(), LoadOptions().tag("mid")); })
+                .find("with precision fp32 (now bf16)"),
+            std::string::npos);
+  // At the boundary: another GAS and another precision load, the weights exactly.
+  gas2.engine.load_checkpoint(dir.path(), LoadOptions().tag("boundary"));
+  EXPECT_TRUE(torch::equal(gas2.model->w, r.model->w));
+  EXPECT_EQ(gas2.engine.global_steps(), 2);
+  EXPECT_EQ(gas2.engine.micro_steps(), 8);
+  bf16.engine.load_checkpoint(dir.path(), LoadOptions().tag("boundary"));
+  EXPECT_TRUE(torch::equal(bf16.engine.precision().optimizer_params()[0], r.model->w));
+}
+
+TEST(Checkpoint, ModuleOnlyAndOptimizerOfAnotherType) {
+  testing::ScratchDir dir("stepwise-ckpt-module-only");
+  Trainer r(RunSetup{"fp32", true, 2});
+  for (int64_t t = 0; t < 5; ++t) r.micro_step(t);
+  r.engine.save_checkpoint(dir.path());
+  RunSetup sgd{"fp32", true, 2, "SGD"};
+  Trainer other(sgd);
+  EXPECT_NE(testing::error_of<CheckpointError>([&] { other.engine.load_checkpoint(dir.path()); })
+                .find("holds the state of a torch::optim::AdamW; this engine's optimizer is a "
+                      "torch::optim::SGD"),
+            std::string::npos);
+  EXPECT_EQ(other.engine.global_steps(), 0);
+  other.engine.load_checkpoint(dir.path(), LoadOptions().load_module_only(true));
+  EXPECT_TRUE(torch::equal(other.model->w, r.model->w));
+  EXPECT_EQ(other.engine.global_steps(), 0) << "module only: the counters stay";
+  EXPECT_FALSE(other.model->w.grad().defined());
+}
+
+TEST(Checkpoint, GuardRailsStillWorkAfterALoad) {
+  testing::ScratchDir dir("stepwise-ckpt-guards");
+  Trainer r(RunSetup{"fp32", false, 4});
+  for (int64_t t = 0; t < 2; ++t) r.micro_step(t);
+  r.engine.save_checkpoint(dir.path());
+  Trainer fresh(RunSetup{"fp32", false, 4});
+  fresh.engine.load_checkpoint(dir.path());
+  fresh.model->zero_grad();
+  EXPECT_NE(testing::error_of<UsageError>([&] { fresh.micro_step(2); })
+                .find("between two micro-steps of an accumulation window"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace stepwise
