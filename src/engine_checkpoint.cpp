@@ -297,8 +297,8 @@ void Engine::load_states(const Dict& states, const Dict* window, const LoadOptio
   if (window != nullptr) {
     const std::string window_file = (fs::path(path) / detail::window_file(distributed::rank())).string();
     const int64_t pending = entry(*window, "window_backwards", window_file).toInt();
-    mid_window = pending > 0 ||
-                 entry(*window, "awaiting_step", window_file).toBool();
+    mid_window = options.load_window() &&
+                 (pending > 0 || entry(*window, "awaiting_step", window_file).toBool());
     const auto reason = saved_world != sizes_.world_size ? c10::str("world size ", saved_world, " (now ", sizes_.world_size, ")")
                         : saved_gas != sizes_.gradient_accumulation_steps
                             ? c10::str("gradient_accumulation_steps ", saved_gas, " (now ", sizes_.gradient_accumulation_steps, ")")
@@ -396,6 +396,8 @@ void Engine::load_states(const Dict& states, const Dict* window, const LoadOptio
       for (const auto& l : get("window_losses").toTensorList()) window_losses_.push_back(l);
     } else if (saved_gas != gas) {
       acc.micro_steps = (acc.micro_steps + gas - 1) / gas * gas;  // the next window is whole
+    } else {
+      acc.micro_steps -= acc.micro_steps % gas;  // a dropped window starts again
     }
     accumulator_.restore(acc);
     was_step_applied_ = entry(states, "was_step_applied", states_file).toBool();

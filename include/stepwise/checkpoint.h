@@ -25,6 +25,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace stepwise {
 
@@ -52,6 +53,9 @@ struct LoadOptions {
   TORCH_ARG(bool, load_optimizer_states) = true;
   /// Load the LR scheduler's position.
   TORCH_ARG(bool, load_lr_scheduler_states) = true;
+  /// Continue the window in progress (its gradients and counters). false: DeepSpeed's
+  /// behaviour, the pending micro-batches are dropped and the window starts again.
+  TORCH_ARG(bool, load_window) = true;
   /// Load the model's weights only: no optimizer, scheduler, loss scale, counters or
   /// window in progress (fine-tuning from a checkpoint).
   TORCH_ARG(bool, load_module_only) = false;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <stepwise/accumulation.h>
+#include <stepwise/checkpoint.h>
 #include <stepwise/clip.h>
 #include <stepwise/config.h>
 #include <stepwise/distributed.h>

@@ -18,6 +18,7 @@
 #include <torch/utils.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <limits>
