@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <limits>
 
 #include "support/error_of.h"
@@ -318,6 +319,45 @@ TEST(Checkpoint, GuardRailsStillWorkAfterALoad) {
   EXPECT_NE(testing::error_of<UsageError>([&] { fresh.micro_step(2); })
                 .find("between two micro-steps of an accumulation window"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace stepwise
+
+namespace stepwise {
+namespace {
+
+TEST(Checkpoint, PythonPyTorchReadsTheFiles) {
+  // Debian's python3-torch (tools/bootstrap installs it) reads what torch::pickle_save wrote.
+  if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
+    GTEST_SKIP() << "Debian's python3-torch is not installed (tools/bootstrap installs it)";
+  }
+  testing::ScratchDir dir("stepwise-ckpt-python");
+  Trainer r(RunSetup{"fp32", true, 4});
+  for (int64_t t = 0; t < 6; ++t) r.micro_step(t);
+  const std::string path =
+      r.engine.save_checkpoint(dir.path(), SaveOptions().client_state({{"epoch", 7}}));
+  const std::string expected = dir.path() + "/expected.txt";
+  {
+    std::ofstream out(expected);
+    auto line = [&](const std::string& key, const torch::Tensor& t) {
+      out << key;
+      const auto flat = t.detach().to(torch::kFloat).flatten();
+      for (int64_t i = 0; i < flat.numel(); ++i) {
+        out << ' ' << std::setprecision(9) << flat[i].item<float>();
+      }
+      out << '\n';
+    };
+    line("w", r.model->w);
+    line("b", r.model->b);
+    line("grad w", r.model->w.grad());
+    out << "int global_steps " << r.engine.global_steps() << "\n";
+    out << "int micro_steps " << r.engine.micro_steps() << "\n";
+  }
+  const std::string command =
+      c10::str("/usr/bin/python3 ", STEPWISE_SOURCE_DIR, "/tests/checkpoint/read_with_pytorch.py ",
+               path, "/mp_rank_00_model_states.pt ", path, "/window_rank_0.pt ", expected);
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 
 }  // namespace
