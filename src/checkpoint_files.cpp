@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -128,6 +129,39 @@ void publish(const std::string& partial, const std::string& dir, const std::stri
   fsync_path(dir, true);
 }
 
+namespace {
+
+void write_sum(const std::string& path, size_t size, uint64_t sum) {
+  const std::string line = c10::str(size, " ", sum, "\n");
+  write_bytes(path + ".sum", line.data(), line.size());
+}
+
+// Checks `path`'s size and hash against its sidecar, reading it in pieces.
+void check_sum(const std::string& path) {
+  std::ifstream sum_file(path + ".sum");
+  size_t size = 0;
+  uint64_t sum = 0;
+  STEPWISE_CHECK(fs::exists(path), CheckpointError, "checkpoint file ", path, " is missing");
+  STEPWISE_CHECK(sum_file >> size >> sum, CheckpointError, "checkpoint file ", path,
+                 ".sum is missing or unreadable: the checkpoint was not completely written");
+  std::ifstream in(path, std::ios::binary);
+  StreamingHash hash;
+  std::vector<char> piece(8 << 20);
+  size_t total = 0;
+  while (in) {
+    in.read(piece.data(), static_cast<std::streamsize>(piece.size()));
+    const auto got = static_cast<size_t>(in.gcount());
+    hash.update(reinterpret_cast<const unsigned char*>(piece.data()), got);
+    total += got;
+  }
+  STEPWISE_CHECK(size == total && sum == hash.finish(), CheckpointError, "checkpoint file ",
+                 path, " (", total, " bytes) is truncated or corrupted: ",
+                 size == total ? "its checksum differs from the one written with it"
+                               : c10::str("it should have ", size, " bytes"));
+}
+
+}  // namespace
+
 // NOTE: [checkpoint checksums] The zip that pickle_save writes is read back without
 // checking its CRCs, so a flipped byte in tensor data would load silently. Each file
 // has a sidecar `<file>.sum` ("<size> <hash>"), written after it and checked before it
@@ -139,15 +173,17 @@ uint64_t checksum(const std::vector<char>& bytes) {
 void write_pickle(const std::string& path, const c10::IValue& value) {
   const std::vector<char> bytes = torch::pickle_save(value);
   write_bytes(path, bytes.data(), bytes.size());
-  const std::string sum = c10::str(bytes.size(), " ", checksum(bytes), "\n");
-  write_bytes(path + ".sum", sum.data(), sum.size());
+  write_sum(path, bytes.size(), checksum(bytes));
 }
 
 c10::IValue read_pickle(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   STEPWISE_CHECK(in.good(), CheckpointError, "checkpoint file ", path, " is missing; ",
                  tags_present(fs::path(path).parent_path().parent_path().string()));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.seekg(0, std::ios::end);
+  std::vector<char> bytes(static_cast<size_t>(in.tellg()));
+  in.seekg(0, std::ios::beg);
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   std::ifstream sum_file(path + ".sum");
   size_t size = 0;
   uint64_t sum = 0;
@@ -167,15 +203,34 @@ c10::IValue read_pickle(const std::string& path) {
   }
 }
 
-at::Tensor bytes_tensor(const std::string& bytes) {
-  auto t = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
-  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
-  return t;
+
+void write_archive(const std::string& path, torch::serialize::OutputArchive& archive) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  StreamingHash hash;
+  size_t size = 0;
+  archive.save_to([&](const void* data, size_t n) -> size_t {
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+    hash.update(static_cast<const unsigned char*>(data), n);
+    size += n;
+    return n;
+  });
+  out.flush();
+  STEPWISE_CHECK(out.good(), CheckpointError, "cannot write checkpoint file ", path, ": ",
+                 std::strerror(errno));
+  out.close();
+  fsync_path(path, false);
+  write_sum(path, size, hash.finish());
 }
 
-std::string tensor_bytes(const at::Tensor& tensor) {
-  const auto t = tensor.contiguous().cpu();
-  return std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()));
+void read_archive(const std::string& path, torch::serialize::InputArchive& archive) {
+  check_sum(path);
+  try {
+    archive.load_from(path);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    throw CheckpointError(c10::str("checkpoint file ", path, " cannot be read: ",
+                                   what.substr(0, what.find('\n'))));
+  }
 }
 
 }  // namespace detail

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <ATen/core/ivalue.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
 #include <string>
 #include <vector>
@@ -11,6 +13,8 @@ namespace stepwise::detail {
 
 /// The file rank 0 writes: weights, optimizer, scheduler, scaler, counters, config.
 inline constexpr const char* kModelStatesFile = "mp_rank_00_model_states.pt";
+/// The optimizer's state and its parameter groups' options (a LibTorch archive).
+inline constexpr const char* kOptimizerFile = "optimizer_states.pt";
 /// The file of one rank's window in progress.
 std::string window_file(int64_t rank);
 
@@ -35,9 +39,11 @@ void write_pickle(const std::string& path, const c10::IValue& value);
 /// truncated or corrupted.
 c10::IValue read_pickle(const std::string& path);
 
-/// The bytes of a serialized archive, as a uint8 tensor (to sit in a pickled dict).
-at::Tensor bytes_tensor(const std::string& bytes);
-/// Back to bytes.
-std::string tensor_bytes(const at::Tensor& tensor);
+/// Writes a LibTorch archive into `path` (streamed, no copy in memory), flushed to disk,
+/// with its checksum sidecar.
+void write_archive(const std::string& path, torch::serialize::OutputArchive& archive);
+/// Checks `path` against its sidecar, then loads it into `archive`; CheckpointError naming
+/// the file when it is missing, truncated or corrupted.
+void read_archive(const std::string& path, torch::serialize::InputArchive& archive);
 
 }  // namespace stepwise::detail

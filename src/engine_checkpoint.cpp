@@ -38,39 +38,52 @@ std::string optimizer_type(const torch::optim::Optimizer& optimizer) {
 }
 
 // LibTorch 1.13's Optimizer::load restores the state but not the parameter groups'
-// options (lr, betas, momentum, ...), so they are saved beside it, group by group.
-std::string save_optimizer(const torch::optim::Optimizer& optimizer) {
-  torch::serialize::OutputArchive archive;
+// options (lr, betas, momentum, ...), so they are saved beside it, group by group, with
+// each group's size so that a load can check them before it changes anything.
+void save_optimizer(const torch::optim::Optimizer& optimizer,
+                    torch::serialize::OutputArchive& archive) {
   torch::serialize::OutputArchive state(archive.compilation_unit());
   optimizer.save(state);
   archive.write("state", state);
   const auto& groups = optimizer.param_groups();
-  archive.write("groups", torch::tensor(static_cast<int64_t>(groups.size())));
+  std::vector<int64_t> sizes;
+  for (const auto& g : groups) sizes.push_back(static_cast<int64_t>(g.params().size()));
+  archive.write("group_sizes", torch::tensor(sizes, torch::kLong));
   for (size_t i = 0; i < groups.size(); ++i) {
     torch::serialize::OutputArchive options(archive.compilation_unit());
     groups[i].options().serialize(options);
     archive.write(c10::str("options/", i), options);
   }
-  std::ostringstream bytes;
-  archive.save_to(bytes);
-  return bytes.str();
 }
 
-void load_optimizer(torch::optim::Optimizer& optimizer, const std::string& bytes) {
-  torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
+// Why the archive does not fit `optimizer` (empty: it fits).
+std::string optimizer_mismatch(torch::optim::Optimizer& optimizer,
+                               torch::serialize::InputArchive& archive) {
+  torch::Tensor sizes;
+  archive.read("group_sizes", sizes);
+  const auto& groups = optimizer.param_groups();
+  if (sizes.numel() != static_cast<int64_t>(groups.size())) {
+    return c10::str("it has ", sizes.numel(), " parameter groups, this optimizer ", groups.size());
+  }
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const int64_t saved = sizes[static_cast<int64_t>(i)].item<int64_t>();
+    if (saved != static_cast<int64_t>(groups[i].params().size())) {
+      return c10::str("its parameter group ", i, " has ", saved, " parameters, this optimizer's ",
+                      groups[i].params().size());
+    }
+  }
+  return "";
+}
+
+void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive) {
   torch::serialize::InputArchive state;
   archive.read("state", state);
-  torch::Tensor groups;
-  archive.read("groups", groups);
-  auto& current = optimizer.param_groups();
-  TORCH_CHECK(groups.item<int64_t>() == static_cast<int64_t>(current.size()), "it has ",
-              groups.item<int64_t>(), " parameter groups, this optimizer ", current.size());
   optimizer.load(state);
-  for (size_t i = 0; i < current.size(); ++i) {
+  auto& groups = optimizer.param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) {
     torch::serialize::InputArchive options;
     archive.read(c10::str("options/", i), options);
-    current[i].options().serialize(options);
+    groups[i].options().serialize(options);
   }
 }
 
@@ -107,7 +120,6 @@ c10::IValue Engine::model_states(const ClientState& client_state) const {
     d.insert("fp32_masters", masters);
   }
   d.insert("optimizer_type", optimizer_type(*optimizer_));
-  d.insert("optimizer", detail::bytes_tensor(save_optimizer(*optimizer_)));
   if (scheduler_) {
     c10::Dict<std::string, int64_t> s;
     s.insert("step_count", scheduler_step_count(*scheduler_));
@@ -203,6 +215,10 @@ std::string Engine::save_checkpoint(const std::string& dir, const SaveOptions& o
   if (rank == 0) {
     detail::write_pickle((fs::path(partial) / detail::kModelStatesFile).string(),
                          model_states(options.client_state()));
+    torch::serialize::OutputArchive optimizer_archive;
+    save_optimizer(*optimizer_, optimizer_archive);
+    detail::write_archive((fs::path(partial) / detail::kOptimizerFile).string(),
+                          optimizer_archive);
   }
   if (ctx) ctx->barrier("checkpoint save: files written");
   if (rank == 0) {
@@ -312,27 +328,25 @@ void Engine::load_states(const Dict& states, const Dict* window, const LoadOptio
                    "is allowed there)");
   }
   const bool full = !options.load_module_only();
+  torch::serialize::InputArchive optimizer_archive;
+  bool load_optimizer_now = false;
   if (full && options.load_optimizer_states()) {
     const std::string saved_type = entry(states, "optimizer_type", states_file).toStringRef();
     STEPWISE_CHECK(saved_type == optimizer_type(*optimizer_), CheckpointError, states_file,
                    " holds the state of a ", saved_type, "; this engine's optimizer is a ",
                    optimizer_type(*optimizer_),
                    ": build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
-    // The optimizer checks its own state while loading; on failure put the old one back.
-    const std::string backup = save_optimizer(*optimizer_);
-    try {
-      load_optimizer(*optimizer_,
-                     detail::tensor_bytes(entry(states, "optimizer", states_file).toTensor()));
-    } catch (const std::exception& e) {
-      load_optimizer(*optimizer_, backup);
-      const std::string what = e.what();
-      throw CheckpointError(c10::str("the optimizer state in ", states_file,
-                                     " does not fit this engine's optimizer: ",
-                                     what.substr(0, what.find('\n'))));
-    }
+    const std::string file = (fs::path(path) / detail::kOptimizerFile).string();
+    detail::read_archive(file, optimizer_archive);
+    const std::string mismatch = optimizer_mismatch(*optimizer_, optimizer_archive);
+    STEPWISE_CHECK(mismatch.empty(), CheckpointError, "the optimizer state in ", file,
+                   " does not fit this engine's optimizer: ", mismatch,
+                   ". Build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
+    load_optimizer_now = true;
   }
 
-  // 2. Nothing below can fail on the checkpoint's content.
+  // 2. Nothing below can fail on the checkpoint's content (its checksums held).
+  if (load_optimizer_now) load_optimizer(*optimizer_, optimizer_archive);
   torch::NoGradGuard no_grad;
   auto& model_params = precision_->model_params();
   const auto& masters = precision_->optimizer_params();
