@@ -22,9 +22,10 @@
 //   and after it only if that step left every version counter unchanged (a
 //   "version-blind" optimizer, such as LibTorch's SGD).
 // - A fingerprint is a 64-bit hash of the bytes on the CPU (one pass over memory, no
-//   ATen op), so any change is seen. On a GPU it is the bits of the tensor's L2 norm
-//   (one _foreach_norm and one host sync, at the boundary only), so a change that keeps
-//   every norm (a permutation) is missed there.
+//   ATen op), so any change is seen. On a GPU it is the bits of each tensor's L2 norm
+//   (one _foreach_norm and one host sync per comparison, at the boundary only: one for
+//   the gradients, one more for a version-blind optimizer's parameters), so a change
+//   that keeps every norm (a permutation) is missed there.
 #pragma once
 
 #include <stepwise/config.h>
