@@ -5,9 +5,14 @@
 #include <stepwise/checkpoint.h>
 #include <stepwise/errors.h>
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -144,16 +149,24 @@ void check_sum(const std::string& path) {
   STEPWISE_CHECK(fs::exists(path), CheckpointError, "checkpoint file ", path, " is missing");
   STEPWISE_CHECK(sum_file >> size >> sum, CheckpointError, "checkpoint file ", path,
                  ".sum is missing or unreadable: the checkpoint was not completely written");
-  std::ifstream in(path, std::ios::binary);
+  // Hashed where the page cache holds it (mmap): no copy of the file in memory.
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  STEPWISE_CHECK(fd >= 0, CheckpointError, "cannot open checkpoint file ", path, ": ",
+                 std::strerror(errno));
+  const auto total = static_cast<size_t>(fs::file_size(path));
   StreamingHash hash;
-  std::vector<char> piece(8 << 20);
-  size_t total = 0;
-  while (in) {
-    in.read(piece.data(), static_cast<std::streamsize>(piece.size()));
-    const auto got = static_cast<size_t>(in.gcount());
-    hash.update(reinterpret_cast<const unsigned char*>(piece.data()), got);
-    total += got;
+  if (total > 0) {
+    void* data = ::mmap(nullptr, total, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (data == MAP_FAILED) {
+      ::close(fd);
+      throw CheckpointError(c10::str("cannot map checkpoint file ", path, ": ",
+                                     std::strerror(errno)));
+    }
+    ::madvise(data, total, MADV_SEQUENTIAL);
+    hash.update(static_cast<const unsigned char*>(data), total);
+    ::munmap(data, total);
   }
+  ::close(fd);
   STEPWISE_CHECK(size == total && sum == hash.finish(), CheckpointError, "checkpoint file ",
                  path, " (", total, " bytes) is truncated or corrupted: ",
                  size == total ? "its checksum differs from the one written with it"
@@ -166,43 +179,50 @@ void check_sum(const std::string& path) {
 // checking its CRCs, so a flipped byte in tensor data would load silently. Each file
 // has a sidecar `<file>.sum` ("<size> <hash>"), written after it and checked before it
 // is unpickled.
-uint64_t checksum(const std::vector<char>& bytes) {
-  return hash_bytes(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
-}
-
 void write_pickle(const std::string& path, const c10::IValue& value) {
-  const std::vector<char> bytes = torch::pickle_save(value);
-  write_bytes(path, bytes.data(), bytes.size());
-  write_sum(path, bytes.size(), checksum(bytes));
+  // What torch::pickle_save does, streamed into the file instead of a vector: the pickle
+  // itself is small (tensor data goes out of band), the tensors go straight to disk.
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler(
+      [&](const char* data, size_t n) { pickle.insert(pickle.end(), data, data + n); });
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  StreamingHash hash;
+  size_t size = 0;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) -> size_t {
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+    hash.update(static_cast<const unsigned char*>(data), n);
+    size += n;
+    return n;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
+                                     writer);
+  writer.writeEndOfFile();
+  out.flush();
+  STEPWISE_CHECK(out.good(), CheckpointError, "cannot write checkpoint file ", path, ": ",
+                 std::strerror(errno));
+  out.close();
+  fsync_path(path, false);
+  write_sum(path, size, hash.finish());
 }
 
 c10::IValue read_pickle(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  STEPWISE_CHECK(in.good(), CheckpointError, "checkpoint file ", path, " is missing; ",
+  STEPWISE_CHECK(fs::exists(path), CheckpointError, "checkpoint file ", path, " is missing; ",
                  tags_present(fs::path(path).parent_path().parent_path().string()));
-  in.seekg(0, std::ios::end);
-  std::vector<char> bytes(static_cast<size_t>(in.tellg()));
-  in.seekg(0, std::ios::beg);
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  std::ifstream sum_file(path + ".sum");
-  size_t size = 0;
-  uint64_t sum = 0;
-  STEPWISE_CHECK(sum_file >> size >> sum, CheckpointError, "checkpoint file ", path,
-                 ".sum is missing or unreadable: the checkpoint was not completely written");
-  STEPWISE_CHECK(size == bytes.size() && sum == checksum(bytes), CheckpointError,
-                 "checkpoint file ", path, " (", bytes.size(), " bytes) is truncated or corrupted: ",
-                 size == bytes.size() ? "its checksum differs from the one written with it"
-                                      : c10::str("it should have ", size, " bytes"));
+  check_sum(path);
   try {
-    return torch::pickle_load(bytes);
+    // What torch::pickle_load does, reading the file in place of a copy of it in memory.
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    return torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt,
+                                             c10::nullopt, reader);
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    throw CheckpointError(c10::str("checkpoint file ", path, " (", bytes.size(),
-                                   " bytes) is truncated or corrupted: ",
+    throw CheckpointError(c10::str("checkpoint file ", path, " cannot be read: ",
                                    what.substr(0, what.find('\n'))));
   }
 }
-
 
 void write_archive(const std::string& path, torch::serialize::OutputArchive& archive) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
