@@ -12,8 +12,8 @@
 #include <torch/serialize.h>
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,7 +34,10 @@ std::vector<std::string> checkpoint_tags(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.empty() || name[0] == '.') continue;  // partial folders of killed saves
-    if (fs::exists(entry.path() / detail::kModelStatesFile)) tags.push_back(name);
+    if (fs::exists(entry.path() / detail::kModelStatesFile) ||
+        fs::exists(entry.path() / detail::kDeepSpeedFile)) {
+      tags.push_back(name);
+    }
   }
   std::sort(tags.begin(), tags.end());
   return tags;
@@ -75,8 +78,8 @@ void write_bytes(const std::string& path, const char* data, size_t size) {
 std::string window_file(int64_t rank) { return c10::str("window_rank_", rank, ".pt"); }
 
 void check_tag(const std::string& tag) {
-  const bool ok = !tag.empty() && tag.find('/') == std::string::npos && tag != "latest" &&
-                  tag[0] != '.';
+  const bool ok =
+      !tag.empty() && tag.find('/') == std::string::npos && tag != "latest" && tag[0] != '.';
   STEPWISE_CHECK(ok, CheckpointError, "checkpoint tag \"", tag,
                  "\" cannot name a folder: use a non-empty name without '/' that does not start "
                  "with '.' and is not \"latest\" (the default is \"global_step<N>\")");
@@ -97,8 +100,8 @@ void write_latest(const std::string& dir, const std::string& tag) {
   write_bytes(tmp, line.data(), line.size());
   std::error_code ec;
   fs::rename(tmp, fs::path(dir) / "latest", ec);
-  STEPWISE_CHECK(!ec, CheckpointError, "cannot replace ", (fs::path(dir) / "latest").string(),
-                 ": ", ec.message());
+  STEPWISE_CHECK(!ec, CheckpointError, "cannot replace ", (fs::path(dir) / "latest").string(), ": ",
+                 ec.message());
   fsync_path(dir, true);
 }
 
@@ -119,8 +122,8 @@ void publish(const std::string& partial, const std::string& dir, const std::stri
   const fs::path target = fs::path(dir) / tag;
   if (fs::exists(target)) {
     // Swap the two in one step, so `<dir>/<tag>` is never missing, then drop the old one.
-    const int rc = ::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, target.c_str(),
-                               RENAME_EXCHANGE);
+    const int rc =
+        ::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE);
     STEPWISE_CHECK(rc == 0, CheckpointError, "cannot replace checkpoint ", target.string(), ": ",
                    std::strerror(errno));
     std::error_code ec;
@@ -159,16 +162,16 @@ void check_sum(const std::string& path) {
     void* data = ::mmap(nullptr, total, PROT_READ, MAP_PRIVATE, fd, 0);
     if (data == MAP_FAILED) {
       ::close(fd);
-      throw CheckpointError(c10::str("cannot map checkpoint file ", path, ": ",
-                                     std::strerror(errno)));
+      throw CheckpointError(
+          c10::str("cannot map checkpoint file ", path, ": ", std::strerror(errno)));
     }
     ::madvise(data, total, MADV_SEQUENTIAL);
     hash.update(static_cast<const unsigned char*>(data), total);
     ::munmap(data, total);
   }
   ::close(fd);
-  STEPWISE_CHECK(size == total && sum == hash.finish(), CheckpointError, "checkpoint file ",
-                 path, " (", total, " bytes) is truncated or corrupted: ",
+  STEPWISE_CHECK(size == total && sum == hash.finish(), CheckpointError, "checkpoint file ", path,
+                 " (", total, " bytes) is truncated or corrupted: ",
                  size == total ? "its checksum differs from the one written with it"
                                : c10::str("it should have ", size, " bytes"));
 }
@@ -212,6 +215,10 @@ c10::IValue read_pickle(const std::string& path) {
   STEPWISE_CHECK(fs::exists(path), CheckpointError, "checkpoint file ", path, " is missing; ",
                  tags_present(fs::path(path).parent_path().parent_path().string()));
   check_sum(path);
+  return read_foreign_pickle(path);
+}
+
+c10::IValue read_foreign_pickle(const std::string& path) {
   try {
     // What torch::pickle_load does, reading the file in place of a copy of it in memory.
     caffe2::serialize::PyTorchStreamReader reader(path);
@@ -219,8 +226,8 @@ c10::IValue read_pickle(const std::string& path) {
                                              c10::nullopt, reader);
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    throw CheckpointError(c10::str("checkpoint file ", path, " cannot be read: ",
-                                   what.substr(0, what.find('\n'))));
+    throw CheckpointError(
+        c10::str("checkpoint file ", path, " cannot be read: ", what.substr(0, what.find('\n'))));
   }
 }
 
@@ -248,8 +255,8 @@ void read_archive(const std::string& path, torch::serialize::InputArchive& archi
     archive.load_from(path);
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    throw CheckpointError(c10::str("checkpoint file ", path, " cannot be read: ",
-                                   what.substr(0, what.find('\n'))));
+    throw CheckpointError(
+        c10::str("checkpoint file ", path, " cannot be read: ", what.substr(0, what.find('\n'))));
   }
 }
 

@@ -13,6 +13,8 @@ namespace stepwise::detail {
 
 /// The file rank 0 writes: weights, optimizer, scheduler, scaler, counters, config.
 inline constexpr const char* kModelStatesFile = "mp_rank_00_model_states.pt";
+/// What tools/deepspeed-to-stepwise writes from a DeepSpeed checkpoint (no sidecar).
+inline constexpr const char* kDeepSpeedFile = "deepspeed_model_states.pt";
 /// The optimizer's state and its parameter groups' options (a LibTorch archive).
 inline constexpr const char* kOptimizerFile = "optimizer_states.pt";
 /// The file of one rank's window in progress.
@@ -39,6 +41,9 @@ void write_pickle(const std::string& path, const c10::IValue& value);
 /// truncated or corrupted.
 c10::IValue read_pickle(const std::string& path);
 
+/// Reads a file Python's torch.save wrote (no checksum sidecar); CheckpointError naming
+/// the file when it cannot be read.
+c10::IValue read_foreign_pickle(const std::string& path);
 /// Writes a LibTorch archive into `path` (streamed, no copy in memory), flushed to disk,
 /// with its checksum sidecar.
 void write_archive(const std::string& path, torch::serialize::OutputArchive& archive);

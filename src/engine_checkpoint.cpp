@@ -4,8 +4,11 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include <stepwise/fused_adamw.h>
+
 #include "checkpoint_files.h"
 #include "leftover_checks.h"
+#include "torch_compat.h"
 
 #include <filesystem>
 #include <functional>
@@ -106,11 +109,136 @@ const c10::IValue& entry(const Dict& dict, const char* key, const std::string& p
 
 std::string shape_of(const torch::Tensor& t) { return c10::str(t.sizes()); }
 
+c10::IValue at_key(const Dict& dict, const char* key) {
+  return dict.at(c10::IValue(std::string(key)));
+}
+
+// A converted DeepSpeed checkpoint (tools/deepspeed-to-stepwise) as the entries of
+// stepwise's own model-states file: a boundary checkpoint without a window.
+Dict from_deepspeed(const Dict& ds, int64_t gas, const std::string& precision) {
+  Dict d(c10::StringType::get(), c10::AnyType::get());
+  c10::Dict<std::string, at::Tensor> module;
+  for (const auto& pair : at_key(ds, "module").toTuple()->elements().vec()) {
+    const auto items = pair.toTuple()->elements().vec();  // (name, tensor)
+    module.insert(items[0].toStringRef(), items[1].toTensor());
+  }
+  d.insert("module", module);
+  d.insert("optimizer_type", std::string("deepspeed"));
+  d.insert("deepspeed_optimizer", at_key(ds, "optimizer"));
+  const auto scheduler = at_key(ds, "lr_scheduler");
+  if (scheduler.isNone()) {
+    d.insert("lr_scheduler", c10::IValue());
+  } else {
+    // DeepSpeed's last_batch_iteration is k - 1 after k steps; stepwise counts k.
+    const int64_t steps = scheduler.toInt() + 1;
+    c10::Dict<std::string, int64_t> s;
+    s.insert("step_count", steps);
+    s.insert("steps_taken", steps);
+    d.insert("lr_scheduler", s);
+  }
+  d.insert("loss_scaler", c10::IValue());
+  const int64_t global_steps = at_key(ds, "global_steps").toInt();
+  d.insert("global_steps", global_steps);
+  d.insert("global_samples", at_key(ds, "global_samples"));
+  d.insert("skipped_steps", at_key(ds, "skipped_steps"));
+  d.insert("micro_steps", global_steps * gas);  // DeepSpeed does not save it
+  d.insert("dp_world_size", at_key(ds, "dp_world_size"));
+  d.insert("gradient_accumulation_steps", gas);
+  d.insert("precision", precision);
+  d.insert("ds_config", at_key(ds, "ds_config"));
+  d.insert("was_step_applied", false);
+  d.insert("global_grad_norm", 0.0);
+  d.insert("last_window_losses", c10::List<at::Tensor>());
+  d.insert("last_window_factor", 1.0);
+  d.insert("client_state", Dict(c10::StringType::get(), c10::AnyType::get()));
+  return d;
+}
+
+// tools/deepspeed-to-stepwise's optimizer entry: (state, groups), with (index, step,
+// exp_avg, exp_avg_sq) per parameter and (lr, betas, eps, weight_decay, indices) per group.
+std::vector<c10::IValue> elements(const c10::IValue& tuple) {
+  return tuple.toTuple()->elements().vec();  // a copy of the handles (TupleElements)
+}
+
+// Why that Adam/AdamW state (from DeepSpeed) does not fit `optimizer`.
+std::string deepspeed_optimizer_mismatch(torch::optim::Optimizer& optimizer,
+                                         const c10::IValue& saved) {
+  const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr ||
+                    dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr ||
+                    dynamic_cast<FusedAdamW*>(&optimizer) != nullptr;
+  if (!adam) {
+    return "only an Adam or AdamW state converts; this engine's optimizer is a " +
+           optimizer_type(optimizer);
+  }
+  const auto groups = elements(elements(saved)[1]);
+  const auto& mine = optimizer.param_groups();
+  if (groups.size() != mine.size()) {
+    return c10::str("it has ", groups.size(), " parameter groups, this optimizer ", mine.size());
+  }
+  std::vector<torch::Tensor> params;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const auto indices = elements(elements(groups[i])[4]);
+    if (indices.size() != mine[i].params().size()) {
+      return c10::str("its parameter group ", i, " has ", indices.size(),
+                      " parameters, this optimizer's ", mine[i].params().size());
+    }
+    for (const auto& p : mine[i].params()) params.push_back(p);
+  }
+  for (const auto& entry : elements(elements(saved)[0])) {
+    const auto e = elements(entry);
+    const int64_t index = e[0].toInt();
+    if (index < 0 || index >= static_cast<int64_t>(params.size())) {
+      return c10::str("its state names parameter ", index, " of ", params.size());
+    }
+    const auto m = e[2].toTensor();
+    if (m.sizes() != params[index].sizes()) {
+      return c10::str("parameter ", index, "'s exp_avg has shape ", m.sizes(), ", the parameter ",
+                      params[index].sizes());
+    }
+  }
+  return "";
+}
+
+template <typename State, typename Options>
+void apply_adam_state(torch::optim::Optimizer& optimizer, const c10::IValue& saved) {
+  const auto groups = elements(elements(saved)[1]);
+  std::vector<torch::Tensor> params;
+  auto& mine = optimizer.param_groups();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const auto g = elements(groups[i]);
+    const auto betas = elements(g[1]);
+    static_cast<Options&>(mine[i].options())
+        .lr(g[0].toDouble())
+        .betas({betas[0].toDouble(), betas[1].toDouble()})
+        .eps(g[2].toDouble())
+        .weight_decay(g[3].toDouble());
+    for (const auto& p : mine[i].params()) params.push_back(p);
+  }
+  for (const auto& entry : elements(elements(saved)[0])) {
+    const auto e = elements(entry);
+    const auto& p = params[static_cast<size_t>(e[0].toInt())];
+    auto state = std::make_unique<State>();
+    state->step(e[1].toInt());
+    state->exp_avg(e[2].toTensor().to(p.options()).clone());
+    state->exp_avg_sq(e[3].toTensor().to(p.options()).clone());
+    optimizer.state()[compat::state_key(optimizer, p)] = std::move(state);
+  }
+}
+
+void apply_deepspeed_optimizer(torch::optim::Optimizer& optimizer, const c10::IValue& saved) {
+  if (dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr) {
+    apply_adam_state<torch::optim::AdamParamState, torch::optim::AdamOptions>(optimizer, saved);
+  } else {
+    apply_adam_state<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(optimizer, saved);
+  }
+}
+
 }  // namespace
 
 c10::IValue Engine::model_states(const ClientState& client_state) const {
   c10::Dict<std::string, at::Tensor> module;
-  for (const auto& item : model_->named_parameters()) module.insert(item.key(), item.value().detach());
+  for (const auto& item : model_->named_parameters())
+    module.insert(item.key(), item.value().detach());
   for (const auto& item : model_->named_buffers()) module.insert(item.key(), item.value().detach());
   Dict d(c10::StringType::get(), c10::AnyType::get());
   d.insert("module", module);
@@ -217,8 +345,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const SaveOptions& o
                          model_states(options.client_state()));
     torch::serialize::OutputArchive optimizer_archive;
     save_optimizer(*optimizer_, optimizer_archive);
-    detail::write_archive((fs::path(partial) / detail::kOptimizerFile).string(),
-                          optimizer_archive);
+    detail::write_archive((fs::path(partial) / detail::kOptimizerFile).string(), optimizer_archive);
   }
   if (ctx) ctx->barrier("checkpoint save: files written");
   if (rank == 0) {
@@ -238,12 +365,23 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const LoadOptio
                  "\"): pass the same LoadOptions().tag(...) on every rank, or none");
   const std::string path = (fs::path(dir) / tag).string();
   const std::string states_file = (fs::path(path) / detail::kModelStatesFile).string();
+  const std::string deepspeed_file = (fs::path(path) / detail::kDeepSpeedFile).string();
+  if (!fs::exists(states_file) && fs::exists(deepspeed_file)) {
+    const c10::IValue ds = detail::read_foreign_pickle(deepspeed_file);
+    STEPWISE_CHECK(ds.isGenericDict(), CheckpointError, "checkpoint file ", deepspeed_file,
+                   " does not hold a dict: write it with tools/deepspeed-to-stepwise");
+    const Dict states = from_deepspeed(ds.toGenericDict(), sizes_.gradient_accumulation_steps,
+                                       precision_name(precision_->mode()));
+    load_states(states, nullptr, options, path);
+    if (ctx) ctx->barrier("checkpoint load");
+    return LoadedCheckpoint{path, {}};
+  }
   if (!fs::exists(states_file)) {
     std::string present;
     for (const auto& t : checkpoint_tags(dir)) present += " " + t;
-    throw CheckpointError(c10::str("no checkpoint \"", tag, "\" in ", dir, ": ",
-                                   present.empty() ? std::string("it holds none")
-                                                   : "the tags present are:" + present));
+    throw CheckpointError(c10::str(
+        "no checkpoint \"", tag, "\" in ", dir, ": ",
+        present.empty() ? std::string("it holds none") : "the tags present are:" + present));
   }
   const c10::IValue states = detail::read_pickle(states_file);
   STEPWISE_CHECK(states.isGenericDict(), CheckpointError, "checkpoint file ", states_file,
@@ -254,7 +392,8 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const LoadOptio
   if (!options.load_module_only() && fs::exists(window_path)) {
     window = detail::read_pickle(window_path);
   }
-  const Dict window_dict = window ? window->toGenericDict() : Dict(c10::StringType::get(), c10::AnyType::get());
+  const Dict window_dict =
+      window ? window->toGenericDict() : Dict(c10::StringType::get(), c10::AnyType::get());
   load_states(states.toGenericDict(), window ? &window_dict : nullptr, options, path);
   if (ctx) ctx->barrier("checkpoint load");
   LoadedCheckpoint out{path, {}};
@@ -266,7 +405,9 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const LoadOptio
 
 void Engine::load_states(const Dict& states, const Dict* window, const LoadOptions& options,
                          const std::string& path) {
-  const std::string states_file = (fs::path(path) / detail::kModelStatesFile).string();
+  const bool converted = states.contains(c10::IValue(std::string("deepspeed_optimizer")));
+  const std::string states_file =
+      (fs::path(path) / (converted ? detail::kDeepSpeedFile : detail::kModelStatesFile)).string();
   // 1. Check everything, change nothing.
   const Dict module = entry(states, "module", states_file).toGenericDict();
   std::map<std::string, torch::Tensor> saved;
@@ -311,15 +452,19 @@ void Engine::load_states(const Dict& states, const Dict* window, const LoadOptio
   const std::string precision = precision_name(precision_->mode());
   bool mid_window = false;
   if (window != nullptr) {
-    const std::string window_file = (fs::path(path) / detail::window_file(distributed::rank())).string();
+    const std::string window_file =
+        (fs::path(path) / detail::window_file(distributed::rank())).string();
     const int64_t pending = entry(*window, "window_backwards", window_file).toInt();
     mid_window = options.load_window() &&
                  (pending > 0 || entry(*window, "awaiting_step", window_file).toBool());
-    const auto reason = saved_world != sizes_.world_size ? c10::str("world size ", saved_world, " (now ", sizes_.world_size, ")")
+    const auto reason = saved_world != sizes_.world_size
+                            ? c10::str("world size ", saved_world, " (now ", sizes_.world_size, ")")
                         : saved_gas != sizes_.gradient_accumulation_steps
-                            ? c10::str("gradient_accumulation_steps ", saved_gas, " (now ", sizes_.gradient_accumulation_steps, ")")
-                        : saved_precision != precision ? c10::str("precision ", saved_precision, " (now ", precision, ")")
-                                                       : std::string();
+                            ? c10::str("gradient_accumulation_steps ", saved_gas, " (now ",
+                                       sizes_.gradient_accumulation_steps, ")")
+                        : saved_precision != precision
+                            ? c10::str("precision ", saved_precision, " (now ", precision, ")")
+                            : std::string();
     STEPWISE_CHECK(!mid_window || reason.empty(), CheckpointError, "checkpoint ", path,
                    " was saved inside an accumulation window (", pending,
                    pending == 1 ? " micro-batch" : " micro-batches", " pending) with ", reason,
@@ -330,23 +475,37 @@ void Engine::load_states(const Dict& states, const Dict* window, const LoadOptio
   const bool full = !options.load_module_only();
   torch::serialize::InputArchive optimizer_archive;
   bool load_optimizer_now = false;
-  if (full && options.load_optimizer_states()) {
+  const auto ds_optimizer = states.find(c10::IValue(std::string("deepspeed_optimizer")));
+  const bool deepspeed = ds_optimizer != states.end();
+  if (deepspeed && full && options.load_optimizer_states() && !ds_optimizer->value().isNone()) {
+    const std::string mismatch = deepspeed_optimizer_mismatch(*optimizer_, ds_optimizer->value());
+    STEPWISE_CHECK(
+        mismatch.empty(), CheckpointError, "the DeepSpeed optimizer state in ", path,
+        " does not fit this engine's optimizer: ", mismatch,
+        ". Build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
+  }
+  if (!deepspeed && full && options.load_optimizer_states()) {
     const std::string saved_type = entry(states, "optimizer_type", states_file).toStringRef();
-    STEPWISE_CHECK(saved_type == optimizer_type(*optimizer_), CheckpointError, states_file,
-                   " holds the state of a ", saved_type, "; this engine's optimizer is a ",
-                   optimizer_type(*optimizer_),
-                   ": build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
+    STEPWISE_CHECK(
+        saved_type == optimizer_type(*optimizer_), CheckpointError, states_file,
+        " holds the state of a ", saved_type, "; this engine's optimizer is a ",
+        optimizer_type(*optimizer_),
+        ": build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
     const std::string file = (fs::path(path) / detail::kOptimizerFile).string();
     detail::read_archive(file, optimizer_archive);
     const std::string mismatch = optimizer_mismatch(*optimizer_, optimizer_archive);
-    STEPWISE_CHECK(mismatch.empty(), CheckpointError, "the optimizer state in ", file,
-                   " does not fit this engine's optimizer: ", mismatch,
-                   ". Build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
+    STEPWISE_CHECK(
+        mismatch.empty(), CheckpointError, "the optimizer state in ", file,
+        " does not fit this engine's optimizer: ", mismatch,
+        ". Build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
     load_optimizer_now = true;
   }
 
   // 2. Nothing below can fail on the checkpoint's content (its checksums held).
   if (load_optimizer_now) load_optimizer(*optimizer_, optimizer_archive);
+  if (deepspeed && full && options.load_optimizer_states() && !ds_optimizer->value().isNone()) {
+    apply_deepspeed_optimizer(*optimizer_, ds_optimizer->value());
+  }
   torch::NoGradGuard no_grad;
   auto& model_params = precision_->model_params();
   const auto& masters = precision_->optimizer_params();
@@ -404,8 +563,7 @@ void Engine::load_states(const Dict& states, const Dict* window, const LoadOptio
       if (manual >= 0) acc.manual_boundary = manual == 1;
       for (const auto& e : get("grads").toGenericDict()) {
         const size_t i = trainable_index.at(e.key().toStringRef());
-        model_params[i].mutable_grad() =
-            e.value().toTensor().to(model_params[i].options()).clone();
+        model_params[i].mutable_grad() = e.value().toTensor().to(model_params[i].options()).clone();
       }
       for (const auto& l : get("window_losses").toTensorList()) window_losses_.push_back(l);
     } else if (saved_gas != gas) {

@@ -55,9 +55,14 @@ void BucketedReducer::flush() {
   if (buffers_.size() <= index) buffers_.resize(index + 1);
   torch::Tensor& bucket = buffers_[index];
   const auto& first = pending_.front();
-  if (!bucket.defined() || bucket.numel() != pending_numel_ ||
-      bucket.scalar_type() != first.scalar_type() || bucket.device() != first.device()) {
-    bucket = torch::empty({pending_numel_}, first.options());
+  // Gloo (LibTorch 1.13) has no bfloat16 all-reduce ("Invalid scalar type"): a bf16
+  // bucket on the CPU is summed as fp32, then rounded back into the gradients.
+  const auto dtype = first.scalar_type() == torch::kBFloat16 && first.device().is_cpu()
+                         ? torch::kFloat
+                         : first.scalar_type();
+  if (!bucket.defined() || bucket.numel() != pending_numel_ || bucket.scalar_type() != dtype ||
+      bucket.device() != first.device()) {
+    bucket = torch::empty({pending_numel_}, first.options().dtype(dtype));
   }
   int64_t at = 0;
   for (const auto& g : pending_) {

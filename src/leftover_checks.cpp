@@ -30,10 +30,11 @@ TensorMarks marks_of(const std::vector<torch::Tensor>& tensors, bool grads) {
 int64_t first_change(const TensorMarks& before, const TensorMarks& now, const char** what) {
   for (size_t i = 0; i < now.impls.size(); ++i) {
     if (now.impls[i] == before.impls[i] && now.versions[i] == before.versions[i]) continue;
-    *what = now.impls[i] == nullptr    ? "cleared (set to none)"
+    *what = now.impls[i] == nullptr      ? "cleared (set to none)"
             : before.impls[i] == nullptr ? "created outside backward()"
-            : now.impls[i] != before.impls[i] ? "replaced by another tensor (as Module::zero_grad() does)"
-                                              : "changed in place (zeroed or scaled)";
+            : now.impls[i] != before.impls[i]
+                ? "replaced by another tensor (as Module::zero_grad() does)"
+                : "changed in place (zeroed or scaled)";
     return static_cast<int64_t>(i);
   }
   return -1;
@@ -189,8 +190,7 @@ void LeftoverChecks::after_boundary(bool applied) {
     calibrated_ = true;
   }
   params_ = std::move(now);
-  param_prints_ =
-      !calibrated_ || version_blind_ ? param_fingerprints() : std::vector<uint64_t>();
+  param_prints_ = !calibrated_ || version_blind_ ? param_fingerprints() : std::vector<uint64_t>();
 }
 
 }  // namespace stepwise::detail

@@ -33,8 +33,8 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -84,9 +84,9 @@ class LeftoverChecks {
   TensorMarks grads_;
   TensorMarks params_;
   std::vector<uint64_t> window_end_grad_prints_;  // after the backward() ending a window
-  std::vector<uint64_t> param_prints_;  // after the last boundary (version-blind only)
-  bool calibrated_ = false;              // the first applied step has been seen
-  bool version_blind_ = false;           // the optimizer updates through .data()
+  std::vector<uint64_t> param_prints_;            // after the last boundary (version-blind only)
+  bool calibrated_ = false;                       // the first applied step has been seen
+  bool version_blind_ = false;                    // the optimizer updates through .data()
 };
 
 }  // namespace stepwise::detail

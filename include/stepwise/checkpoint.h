@@ -15,9 +15,10 @@
 // 0: the optimizer, a LibTorch archive streamed to disk) and one `window_rank_<r>.pt` per
 // rank (that rank's gradients of the window in progress, not yet reduced, and its
 // counters). The .pt files other than the optimizer's are pickled dicts of tensors and
-// scalars that Python's torch.load reads; each file has a `.sum` sidecar (size, hash). `<dir>/latest` names the newest tag. A save writes the folder
-// under a temporary name and renames it into place, then replaces `latest` by rename, so
-// a save killed at any point leaves the previous checkpoint and `latest` loadable.
+// scalars that Python's torch.load reads; each file has a `.sum` sidecar (size, hash).
+// `<dir>/latest` names the newest tag. A save writes the folder under a temporary name and renames
+// it into place, then replaces `latest` by rename, so a save killed at any point leaves the
+// previous checkpoint and `latest` loadable.
 #pragma once
 
 #include <ATen/core/ivalue.h>

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <iomanip>
 #include <limits>
+#include <map>
+#include <sstream>
 
 #include "support/error_of.h"
 #include "support/scratch_dir.h"
@@ -34,11 +36,12 @@ struct RunSetup {
 };
 
 std::string config_json(const RunSetup& s) {
-  std::string json = c10::str(
-      R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": )", s.gas,
-      R"(, "gradient_clipping": 0.5, "steps_per_print": 1000000,
-          "optimizer": {"type": ")", s.optimizer, R"(", "params": {"lr": 0.05)",
-      s.optimizer == "SGD" ? R"(, "momentum": 0.9)" : "", "}}");
+  std::string json =
+      c10::str(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": )", s.gas,
+               R"(, "gradient_clipping": 0.5, "steps_per_print": 1000000,
+          "optimizer": {"type": ")",
+               s.optimizer, R"(", "params": {"lr": 0.05)",
+               s.optimizer == "SGD" ? R"(, "momentum": 0.9)" : "", "}}");
   if (s.scheduler) {
     json += R"(, "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": 0.05,
         "warmup_num_steps": 3, "total_num_steps": 20, "warmup_type": "linear"}})";
@@ -51,15 +54,17 @@ std::string config_json(const RunSetup& s) {
 }
 
 torch::Dtype dtype_of(const RunSetup& s) {
-  return s.precision == "fp16" ? torch::kHalf : s.precision == "bf16" ? torch::kBFloat16
-                                                                      : torch::kFloat;
+  return s.precision == "fp16"   ? torch::kHalf
+         : s.precision == "bf16" ? torch::kBFloat16
+                                 : torch::kFloat;
 }
 
 struct Trainer {
   ScaleModel model;
   Engine engine;
   RunSetup setup;
-  explicit Trainer(const RunSetup& s) : engine(initialize(model, Config::from_string(config_json(s)))), setup(s) {}
+  explicit Trainer(const RunSetup& s)
+      : engine(initialize(model, Config::from_string(config_json(s)))), setup(s) {}
   // Micro-step t: backward + step, with a flush after every 7th micro-batch (an epoch).
   void micro_step(int64_t t) {
     torch::manual_seed(100 + t);
@@ -149,8 +154,10 @@ TEST(Checkpoint, ClientStateAndLayout) {
   Trainer r(RunSetup{"fp32", true, 4});
   for (int64_t t = 0; t < 6; ++t) r.micro_step(t);
   const std::string path = r.engine.save_checkpoint(
-      dir.path(), SaveOptions().client_state({{"epoch", 3}, {"position", 1234},
-                                              {"rng", at::detail::getDefaultCPUGenerator().get_state()}}));
+      dir.path(),
+      SaveOptions().client_state({{"epoch", 3},
+                                  {"position", 1234},
+                                  {"rng", at::detail::getDefaultCPUGenerator().get_state()}}));
   EXPECT_EQ(path, (fs::path(dir.path()) / "global_step1").string());
   EXPECT_TRUE(fs::exists(fs::path(path) / "mp_rank_00_model_states.pt"));
   EXPECT_TRUE(fs::exists(fs::path(path) / "window_rank_0.pt"));
@@ -176,15 +183,16 @@ TEST(Checkpoint, MissingTagAndLatestListTheTagsPresent) {
   EXPECT_EQ(testing::error_of<CheckpointError>([&] { r.engine.load_checkpoint(dir.path()); }),
             c10::str("no file ", (fs::path(dir.path()) / "latest").string(),
                      " names the checkpoint to load: pass LoadOptions().tag(...); no checkpoint "
-                     "is in ", dir.path()));
+                     "is in ",
+                     dir.path()));
   r.engine.save_checkpoint(dir.path(), SaveOptions().tag("a").save_latest(false));
   r.engine.save_checkpoint(dir.path(), SaveOptions().tag("b").save_latest(false));
   EXPECT_EQ(testing::error_of<CheckpointError>(
                 [&] { r.engine.load_checkpoint(dir.path(), LoadOptions().tag("c")); }),
             c10::str("no checkpoint \"c\" in ", dir.path(), ": the tags present are: a b"));
-  EXPECT_NE(testing::error_of<CheckpointError>(
-                [&] { r.engine.save_checkpoint(dir.path(), SaveOptions().tag("x/y")); })
-                .find("checkpoint tag \"x/y\" cannot name a folder"),
+  EXPECT_NE(testing::error_of<CheckpointError>([&] {
+              r.engine.save_checkpoint(dir.path(), SaveOptions().tag("x/y"));
+            }).find("checkpoint tag \"x/y\" cannot name a folder"),
             std::string::npos);
 }
 
@@ -216,9 +224,9 @@ TEST(Checkpoint, TruncatedOrCorruptedFilesAreNamed) {
     f.seekp(static_cast<std::streamoff>(fs::file_size(other) / 2));
     f.put(static_cast<char>(c ^ 0x5a));
   }
-  EXPECT_NE(testing::error_of<CheckpointError>(
-                [&] { fresh.engine.load_checkpoint(dir.path(), LoadOptions().tag("copy")); })
-                .find("checkpoint file " + other),
+  EXPECT_NE(testing::error_of<CheckpointError>([&] {
+              fresh.engine.load_checkpoint(dir.path(), LoadOptions().tag("copy"));
+            }).find("checkpoint file " + other),
             std::string::npos);
   EXPECT_TRUE(torch::equal(fresh.model->w, w)) << "a failed load changes nothing";
   EXPECT_EQ(fresh.engine.micro_steps(), 0);
@@ -277,9 +285,9 @@ TEST(Checkpoint, MidWindowNeedsTheSameSetupABoundaryDoesNot) {
                      "that setup. Resume it with the same GAS, world size and precision, or "
                      "save at a boundary (a different world size is allowed there)"));
   Trainer bf16(RunSetup{"bf16", false, 4});
-  EXPECT_NE(testing::error_of<CheckpointError>(
-                [&] { bf16.engine.load_checkpoint(dir.path(), LoadOptions().tag("mid")); })
-                .find("with precision fp32 (now bf16)"),
+  EXPECT_NE(testing::error_of<CheckpointError>([&] {
+              bf16.engine.load_checkpoint(dir.path(), LoadOptions().tag("mid"));
+            }).find("with precision fp32 (now bf16)"),
             std::string::npos);
   // At the boundary: another GAS and another precision load, the weights exactly.
   gas2.engine.load_checkpoint(dir.path(), LoadOptions().tag("boundary"));
@@ -316,8 +324,9 @@ TEST(Checkpoint, GuardRailsStillWorkAfterALoad) {
   Trainer fresh(RunSetup{"fp32", false, 4});
   fresh.engine.load_checkpoint(dir.path());
   fresh.model->zero_grad();
-  EXPECT_NE(testing::error_of<UsageError>([&] { fresh.micro_step(2); })
-                .find("between two micro-steps of an accumulation window"),
+  EXPECT_NE(testing::error_of<UsageError>([&] {
+              fresh.micro_step(2);
+            }).find("between two micro-steps of an accumulation window"),
             std::string::npos);
 }
 
@@ -358,6 +367,60 @@ TEST(Checkpoint, PythonPyTorchReadsTheFiles) {
       c10::str("/usr/bin/python3 ", STEPWISE_SOURCE_DIR, "/tests/checkpoint/read_with_pytorch.py ",
                path, "/mp_rank_00_model_states.pt ", path, "/window_rank_0.pt ", expected);
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
+}
+
+TEST(Checkpoint, ADeepSpeedCheckpointConvertsAndLoads) {
+  // A file in DeepSpeed's stage-0 layout, written by PyTorch (a Python set and torch.Size
+  // objects included), converted by tools/deepspeed-to-stepwise, loaded into an engine.
+  if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
+    GTEST_SKIP() << "Debian's python3-torch is not installed (tools/bootstrap installs it)";
+  }
+  testing::ScratchDir dir("stepwise-ckpt-deepspeed");
+  const std::string ds = dir.path() + "/ds", converted = dir.path() + "/converted";
+  const std::string make = c10::str("/usr/bin/python3 ", STEPWISE_SOURCE_DIR,
+                                    "/tests/checkpoint/make_deepspeed_checkpoint.py ", ds);
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  // LibTorch's own unpickler cannot read DeepSpeed's file (its Python set): hence the tool.
+  {
+    std::ifstream in(ds + "/global_step2/mp_rank_00_model_states.pt", std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_ANY_THROW(torch::pickle_load(bytes));
+  }
+  const std::string convert =
+      c10::str(STEPWISE_SOURCE_DIR, "/tools/deepspeed-to-stepwise ", ds, " ", converted);
+  ASSERT_EQ(std::system(convert.c_str()), 0) << convert;
+
+  torch::nn::Linear model(4, 1);
+  auto engine = initialize(model, Config::from_string(R"({"train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 4, "steps_per_print": 1000000,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.5}}})"));
+  const auto loaded = engine.load_checkpoint(converted);
+  EXPECT_EQ(loaded.path, converted + "/global_step2");
+  std::map<std::string, torch::Tensor> expected;
+  std::ifstream lines(ds + "/expected.txt");
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string name;
+    words >> name;
+    if (name == "int") continue;
+    std::vector<float> values;
+    for (float v; words >> v;) values.push_back(v);
+    expected[name] = torch::tensor(values);
+  }
+  EXPECT_TRUE(torch::equal(model->weight.flatten(), expected.at("weight")));
+  EXPECT_TRUE(torch::equal(model->bias.flatten(), expected.at("bias")));
+  const auto& state = static_cast<const torch::optim::AdamWParamState&>(
+      *engine.optimizer().state().at(c10::guts::to_string(model->weight.unsafeGetTensorImpl())));
+  EXPECT_EQ(state.step(), 2);
+  EXPECT_TRUE(torch::equal(state.exp_avg().flatten(), expected.at("exp_avg/0")));
+  EXPECT_TRUE(torch::equal(state.exp_avg_sq().flatten(), expected.at("exp_avg_sq/0")));
+  EXPECT_DOUBLE_EQ(engine.get_lr()[0], 0.01) << "the saved lr, not the config's";
+  EXPECT_EQ(engine.global_steps(), 2);
+  EXPECT_EQ(engine.global_samples(), 16);
+  EXPECT_EQ(engine.micro_steps(), 8) << "DeepSpeed saves no micro_steps: global_steps x GAS";
+  // And it trains on.
+  engine.backward(model->forward(torch::ones({2, 4})).pow(2).mean());
+  engine.step();
 }
 
 }  // namespace

@@ -82,8 +82,8 @@ TEST(CheckpointKill, AKilledSaveLeavesThePreviousCheckpointLoadable) {
     // The saver took one AdamW step (lr 0.01, eps 1e-8) on mean(w^2) from w = 0.5, where
     // g = 2w/n: w = 0.5 - 0.01 * g / (g + 1e-8).
     const double g = 2 * 0.5 / static_cast<double>(kElements);
-    EXPECT_TRUE(torch::allclose(model->w, torch::full({kElements}, 0.5 - 0.01 * g / (g + 1e-8)),
-                                1e-6, 0.0))
+    EXPECT_TRUE(
+        torch::allclose(model->w, torch::full({kElements}, 0.5 - 0.01 * g / (g + 1e-8)), 1e-6, 0.0))
         << model->w[0].item<double>();
   }
   EXPECT_GT(mid_save, 0) << "no kill landed inside a save: the test proved nothing";

@@ -272,7 +272,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "consecutive_hysteresis, min_loss_scale"},
         ErrorCase{"StepwiseUnknownKey", R"({"train_batch_size": 8, "stepwise": {"strict": false}})",
                   "unknown key stepwise.strict (value false); valid keys here are: "
-                  "strict_cadence, scale_wrt_gas, check_grads_cleared, check_grads_changed, check_params_changed, reduce_bucket_size"},
+                  "strict_cadence, scale_wrt_gas, check_grads_cleared, check_grads_changed, "
+                  "check_params_changed, reduce_bucket_size"},
         ErrorCase{"ReduceBucketSizeZero",
                   R"({"train_batch_size": 8, "stepwise": {"reduce_bucket_size": 0}})",
                   "stepwise.reduce_bucket_size must be a positive integer, got 0"},

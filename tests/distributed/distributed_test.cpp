@@ -188,26 +188,31 @@ TEST_F(DataParallel, CheckpointsResumeBitForBitOnEveryRank) {
   auto ranks = run_ranks(2, {"checkpoint", pattern}, std::chrono::seconds(120));
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
-    EXPECT_NE(ranks[r].output.find("checkpoint resume checked at 3 positions, 0 failures"),
+    EXPECT_NE(ranks[r].output.find("checkpoint resume checked in 42 save/load cycles, 0 failures"),
               std::string::npos)
         << ranks[r].output;
   }
-  EXPECT_TRUE(std::filesystem::exists(std::string(pattern) + "/k3/window_rank_1.pt"));
+  EXPECT_TRUE(
+      std::filesystem::exists(std::string(pattern) + "/fp16-sched-gas4-k6/window_rank_1.pt"));
   EXPECT_FALSE(std::filesystem::exists(std::string(pattern) + "/rank0"))
       << "a save refused by tag validation writes nothing";
   // One process (W = 1) loads the W = 2 checkpoint taken at a boundary, not the one
   // taken inside a window.
-  auto model = testing::reference_linear();
+  struct ScaleImpl : torch::nn::Module {
+    torch::Tensor w = register_parameter("w", torch::zeros({4}));
+    torch::Tensor b = register_parameter("b", torch::zeros({1}));
+  };
+  auto model = std::make_shared<ScaleImpl>();
   auto engine = initialize(model, Config::from_string(R"({"train_micro_batch_size_per_gpu": 2,
-      "gradient_accumulation_steps": 2, "steps_per_print": 1000000,
-      "optimizer": {"type": "Adam", "params": {"lr": 0.05}}})"));
-  EXPECT_NE(testing::error_of<CheckpointError>(
-                [&] { engine.load_checkpoint(pattern, LoadOptions().tag("k3")); })
-                .find("with world size 2 (now 1)"),
+      "gradient_accumulation_steps": 4, "steps_per_print": 1000000,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.05}}})"));
+  EXPECT_NE(testing::error_of<CheckpointError>([&] {
+              engine.load_checkpoint(pattern, LoadOptions().tag("fp32-gas4-k6"));
+            }).find("with world size 2 (now 1)"),
             std::string::npos);
-  engine.load_checkpoint(pattern, LoadOptions().tag("k4"));
+  engine.load_checkpoint(pattern, LoadOptions().tag("fp32-gas4-k8"));
   EXPECT_EQ(engine.global_steps(), 2);
-  EXPECT_EQ(engine.global_samples(), 16) << "the samples of 2 steps at W = 2";
+  EXPECT_EQ(engine.global_samples(), 32) << "the samples of 2 steps of 16 at W = 2";
   std::filesystem::remove_all(pattern);
 }
 

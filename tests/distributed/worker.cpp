@@ -207,32 +207,89 @@ void train_range(torch::nn::Linear& model, stepwise::Engine& engine, int64_t fir
   }
 }
 
+// Element-wise (fp16 runs on the CPU only without matmuls in LibTorch 1.13).
+struct ScaleImpl : torch::nn::Module {
+  torch::Tensor w = register_parameter("w", torch::linspace(0.2, 0.8, 4));
+  torch::Tensor b = register_parameter("b", torch::full({1}, 0.1));
+  torch::Tensor forward(const torch::Tensor& x) { return (x * w).sum(1) + b; }
+};
+TORCH_MODULE(Scale);
+
+stepwise::Config checkpoint_config(const std::string& precision, bool scheduler, int64_t gas) {
+  nlohmann::json json = {{"train_micro_batch_size_per_gpu", 2},
+                         {"gradient_accumulation_steps", gas},
+                         {"gradient_clipping", 0.5},
+                         {"steps_per_print", 1000000000},
+                         {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.05}}}}}};
+  if (scheduler) {
+    json["scheduler"] = {{"type", "WarmupLR"},
+                         {"params", {{"warmup_max_lr", 0.05}, {"warmup_num_steps", 3}}}};
+  }
+  if (precision == "fp16") json["fp16"] = {{"enabled", true}, {"initial_scale_power", 12}};
+  if (precision == "bf16") json["bf16"] = {{"enabled", true}};
+  return stepwise::Config::from_json(json);
+}
+
+// Micro-steps [first, last): this rank's own data, the same in every process.
+void train_scale(Scale& model, stepwise::Engine& engine, const std::string& precision,
+                 int64_t first, int64_t last) {
+  const auto dtype = precision == "fp16"   ? torch::kHalf
+                     : precision == "bf16" ? torch::kBFloat16
+                                           : torch::kFloat;
+  for (int64_t t = first; t < last; ++t) {
+    torch::manual_seed(1000 + 2 * t + stepwise::distributed::rank());
+    auto x = torch::randn({2, 4}).to(dtype);
+    auto y = torch::randn({2}).to(dtype);
+    engine.backward((model->forward(x) - y).pow(2).mean());
+    engine.step();
+  }
+}
+
 int run_checkpoint(const std::string& dir) {
-  const int64_t total = 9;  // GAS 2: windows end at micro-steps 2, 4, 6, 8; 1 pending at 9
-  auto whole_model = reference_linear();
-  auto whole = stepwise::initialize(whole_model, config_for(2, 2, 1000));
-  train_range(whole_model, whole, 0, total);
-  const int64_t rank = stepwise::distributed::rank();
-  for (int64_t k = 2; k <= 4; ++k) {  // a boundary, inside the next window, the next boundary
-    auto first_model = reference_linear();
-    auto first = stepwise::initialize(first_model, config_for(2, 2, 1000));
-    train_range(first_model, first, 0, k);
-    first.save_checkpoint(dir, stepwise::SaveOptions().tag("k" + std::to_string(k)));
-    auto resumed_model = reference_linear();
-    auto resumed = stepwise::initialize(resumed_model, config_for(2, 2, 1000));
-    resumed.load_checkpoint(dir);
-    train_range(resumed_model, resumed, k, total);
-    const std::string where = "rank " + std::to_string(rank) + ", saved at " + std::to_string(k);
-    check(torch::equal(resumed_model->weight, whole_model->weight) &&
-              torch::equal(resumed_model->bias, whole_model->bias),
-          where + ": weights differ from the uninterrupted run");
-    check(resumed.micro_steps() == whole.micro_steps() &&
-              resumed.global_steps() == whole.global_steps() &&
-              resumed.global_samples() == whole.global_samples(),
-          where + ": counters differ");
-    check(resumed_model->weight.grad().defined() && whole_model->weight.grad().defined() &&
-              torch::equal(resumed_model->weight.grad(), whole_model->weight.grad()),
-          where + ": this rank's pending gradient differs");
+  int64_t rank = 0;  // known once the first engine has joined the group
+  int64_t cycles = 0;
+  for (const std::string precision : {"fp32", "fp16", "bf16"}) {
+    for (bool scheduler : {false, true}) {
+      for (int64_t gas : {1, 4}) {
+        const auto config = checkpoint_config(precision, scheduler, gas);
+        const int64_t total = 2 * gas + 1;
+        Scale whole_model;
+        auto whole = stepwise::initialize(whole_model, config);
+        rank = stepwise::distributed::rank();
+        train_scale(whole_model, whole, precision, 0, total);
+        for (int64_t k = gas; k <= 2 * gas; ++k) {  // every position of the second window
+          const std::string tag =
+              c10::str(precision, scheduler ? "-sched" : "", "-gas", gas, "-k", k);
+          Scale first_model;
+          auto first = stepwise::initialize(first_model, config);
+          train_scale(first_model, first, precision, 0, k);
+          first.save_checkpoint(dir, stepwise::SaveOptions().tag(tag));
+          Scale resumed_model;
+          auto resumed = stepwise::initialize(resumed_model, config);
+          resumed.load_checkpoint(dir);
+          train_scale(resumed_model, resumed, precision, k, total);
+          const std::string where = c10::str("rank ", rank, ", ", tag, ": ");
+          bool same = torch::equal(resumed_model->w, whole_model->w) &&
+                      torch::equal(resumed_model->b, whole_model->b);
+          for (size_t i = 0; i < whole.precision().optimizer_params().size(); ++i) {
+            same = same && torch::equal(resumed.precision().optimizer_params()[i],
+                                        whole.precision().optimizer_params()[i]);
+          }
+          check(same, where + "weights differ from the uninterrupted run");
+          check(resumed.micro_steps() == whole.micro_steps() &&
+                    resumed.global_steps() == whole.global_steps() &&
+                    resumed.global_samples() == whole.global_samples() &&
+                    resumed.get_lr() == whole.get_lr() &&
+                    resumed.loss_scale() == whole.loss_scale(),
+                where + "counters, lr or loss scale differ");
+          const auto& a = resumed_model->w.grad();
+          const auto& b = whole_model->w.grad();
+          check(a.defined() == b.defined() && (!a.defined() || torch::equal(a, b)),
+                where + "this rank's pending gradient differs");
+          cycles += 1;
+        }
+      }
+    }
   }
   // Different tags on the ranks: Fail refuses on every rank, and writes nothing.
   {
@@ -252,8 +309,8 @@ int run_checkpoint(const std::string& dir) {
     check(error.find("the ranks passed different checkpoint tags") != std::string::npos,
           "tag validation Fail: got \"" + error + "\"");
   }
-  std::cout << "rank " << rank << ": checkpoint resume checked at 3 positions, " << failures
-            << " failures" << std::endl;
+  std::cout << "rank " << rank << ": checkpoint resume checked in " << cycles
+            << " save/load cycles, " << failures << " failures" << std::endl;
   stepwise::distributed::shutdown();
   return failures == 0 ? 0 : 1;
 }

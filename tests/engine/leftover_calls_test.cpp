@@ -23,7 +23,8 @@ std::string config(const std::string& optimizer, const std::string& stepwise_sec
 struct Trainer {
   torch::nn::Linear model = reference_linear();
   Engine engine;
-  explicit Trainer(const std::string& json) : engine(initialize(model, Config::from_string(json))) {}
+  explicit Trainer(const std::string& json)
+      : engine(initialize(model, Config::from_string(json))) {}
   torch::Tensor loss(int64_t t) {
     auto [x, y] = reference_samples(2 * t, 2);
     return torch::mse_loss(model->forward(x), y);
@@ -35,7 +36,8 @@ struct Trainer {
 
 const char* kZeroGrad =
     "the gradient of parameter \"weight\" was replaced by another tensor (as "
-    "Module::zero_grad() does) between two micro-steps of an accumulation window (found by the backward() at micro_steps 1): remove the zero_grad() "
+    "Module::zero_grad() does) between two micro-steps of an accumulation window (found by the "
+    "backward() at micro_steps 1): remove the zero_grad() "
     "call (model->zero_grad() or optimizer.zero_grad()) from your loop. engine.step() sets the "
     "gradients to none after each optimizer step; clearing them inside a window throws away "
     "the micro-batches accumulated so far. See docs/gradient-accumulation.md (stepwise docs: "
@@ -55,8 +57,9 @@ TEST(LeftoverCalls, ZeroingInPlaceInsideAWindow) {
   r.engine.backward(r.loss(0));
   r.engine.step();
   r.engine.optimizer().zero_grad();  // LibTorch 1.13: zeroes in place
-  EXPECT_NE(r.usage_error([&] { r.engine.backward(r.loss(1)); })
-                .find("was changed in place (zeroed or scaled) between two micro-steps"),
+  EXPECT_NE(r.usage_error([&] {
+               r.engine.backward(r.loss(1));
+             }).find("was changed in place (zeroed or scaled) between two micro-steps"),
             std::string::npos);
 }
 

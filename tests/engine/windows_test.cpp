@@ -14,8 +14,8 @@ using testing::reference_linear;
 using testing::reference_samples;
 
 std::string config_json(int64_t gas, const std::string& extra = "") {
-  return c10::str(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": )",
-                  gas, R"(, "gradient_clipping": 0.5, "steps_per_print": 1000000,
+  return c10::str(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": )", gas,
+                  R"(, "gradient_clipping": 0.5, "steps_per_print": 1000000,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.05}},
       "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.05,
                     "warmup_num_steps": 3, "warmup_type": "linear"}})",

@@ -80,7 +80,8 @@ int main(int argc, char** argv) {
   const std::string plain = dir + "/plain.pt";
   std::vector<double> save_sw, save_plain, load_sw, load_plain;
   for (int64_t r = 0; r < reps; ++r) {
-    save_sw.push_back(seconds([&] { engine.save_checkpoint(dir, stepwise::SaveOptions().tag("b")); }));
+    save_sw.push_back(
+        seconds([&] { engine.save_checkpoint(dir, stepwise::SaveOptions().tag("b")); }));
     save_plain.push_back(seconds([&] {
       torch::save(tensors, plain + ".new");
       const int fd = ::open((plain + ".new").c_str(), O_RDONLY);
@@ -88,7 +89,8 @@ int main(int argc, char** argv) {
       ::close(fd);
       fs::rename(plain + ".new", plain);
     }));
-    load_sw.push_back(seconds([&] { engine.load_checkpoint(dir, stepwise::LoadOptions().tag("b")); }));
+    load_sw.push_back(
+        seconds([&] { engine.load_checkpoint(dir, stepwise::LoadOptions().tag("b")); }));
     load_plain.push_back(seconds([&] {
       std::vector<torch::Tensor> back;
       torch::load(back, plain);
