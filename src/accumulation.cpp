@@ -24,35 +24,36 @@ Accumulator::Accumulator(int64_t gas, bool strict_cadence)
 }
 
 void Accumulator::on_backward(bool scaled) {
-  STEPWISE_CHECK(!(strict_cadence_ && awaiting_step_ && !manual_boundary_), UsageError,
+  STEPWISE_CHECK(!(strict_cadence_ && s_.awaiting_step && !s_.manual_boundary), UsageError,
                  "engine.backward() was called twice without engine.step() in between (at "
                  "micro_steps ",
-                 micro_steps_,
+                 s_.micro_steps,
                  "): call engine.step() after every engine.backward(), also between "
                  "accumulation boundaries. The engine counts micro-batches in step(); see ",
                  kCadenceDocs,
                  ", pitfall 4. To allow this anyway set "
                  "\"stepwise\": {\"strict_cadence\": false}.");
-  awaiting_step_ = true;
-  window_backwards_ += 1;
-  window_scaled_ += scaled ? 1 : 0;
+  s_.awaiting_step = true;
+  s_.window_backwards += 1;
+  s_.window_scaled += scaled ? 1 : 0;
 }
 
 double Accumulator::early_end_factor() const {
-  STEPWISE_CHECK(window_scaled_ == 0 || window_scaled_ == window_backwards_, UsageError,
+  STEPWISE_CHECK(s_.window_scaled == 0 || s_.window_scaled == s_.window_backwards, UsageError,
                  "this accumulation window mixed backward() calls that divided the loss by GAS (",
-                 window_scaled_, ") with calls that did not (", window_backwards_ - window_scaled_,
+                 s_.window_scaled, ") with calls that did not (",
+                 s_.window_backwards - s_.window_scaled,
                  "), so its gradients have no common scale to correct: use one "
                  "BackwardOptions().scale_wrt_gas(...) value for a whole window");
-  if (window_scaled_ == 0 || window_backwards_ == 0) return 1.0;
-  return static_cast<double>(gas_) / static_cast<double>(window_backwards_);
+  if (s_.window_scaled == 0 || s_.window_backwards == 0) return 1.0;
+  return static_cast<double>(gas_) / static_cast<double>(s_.window_backwards);
 }
 
 void Accumulator::check_step() const {
-  STEPWISE_CHECK(!(strict_cadence_ && !awaiting_step_), UsageError,
+  STEPWISE_CHECK(!(strict_cadence_ && !s_.awaiting_step), UsageError,
                  "engine.step() was called without a preceding engine.backward() (at "
                  "micro_steps ",
-                 micro_steps_,
+                 s_.micro_steps,
                  "): call engine.backward(loss) once per micro-batch, then engine.step(). "
                  "See ",
                  kCadenceDocs,
@@ -60,48 +61,24 @@ void Accumulator::check_step() const {
                  "\"stepwise\": {\"strict_cadence\": false}.");
 }
 
+void Accumulator::end_window(bool skipped, int64_t samples) {
+  s_.window_backwards = s_.window_scaled = 0;
+  s_.global_steps += 1;
+  s_.global_samples += samples;
+  if (skipped) s_.skipped_steps += 1;
+}
+
 void Accumulator::on_step(bool boundary, bool skipped, int64_t samples) {
-  awaiting_step_ = false;
-  if (boundary) {
-    window_backwards_ = window_scaled_ = 0;
-    global_steps_ += 1;
-    global_samples_ += samples;
-    if (skipped) skipped_steps_ += 1;
-  }
-  micro_steps_ += 1;
-}
-
-AccumulatorState Accumulator::state() const {
-  AccumulatorState s;
-  s.micro_steps = micro_steps_;
-  s.global_steps = global_steps_;
-  s.skipped_steps = skipped_steps_;
-  s.global_samples = global_samples_;
-  s.window_backwards = window_backwards_;
-  s.window_scaled = window_scaled_;
-  s.awaiting_step = awaiting_step_;
-  s.manual_boundary = manual_boundary_;
-  return s;
-}
-
-void Accumulator::restore(const AccumulatorState& s) {
-  micro_steps_ = s.micro_steps;
-  global_steps_ = s.global_steps;
-  skipped_steps_ = s.skipped_steps;
-  global_samples_ = s.global_samples;
-  window_backwards_ = s.window_backwards;
-  window_scaled_ = s.window_scaled;
-  awaiting_step_ = s.awaiting_step;
-  manual_boundary_ = s.manual_boundary;
+  s_.awaiting_step = false;
+  if (boundary) end_window(skipped, samples);
+  s_.micro_steps += 1;
 }
 
 void Accumulator::on_flush(bool skipped, int64_t samples) {
-  awaiting_step_ = false;
-  window_backwards_ = window_scaled_ = 0;
-  global_steps_ += 1;
-  global_samples_ += samples;
-  if (skipped) skipped_steps_ += 1;
-  micro_steps_ += gas_ - pending();
+  s_.awaiting_step = false;
+  const int64_t rest = gas_ - pending();  // the micro-steps this window did not get
+  end_window(skipped, samples);
+  s_.micro_steps += rest;
 }
 
 }  // namespace stepwise

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 namespace stepwise {
@@ -182,6 +183,40 @@ void check_sum(const std::string& path) {
 // checking its CRCs, so a flipped byte in tensor data would load silently. Each file
 // has a sidecar `<file>.sum` ("<size> <hash>"), written after it and checked before it
 // is unpickled.
+// Streams what `produce` hands its writer into `path` (hashed on the way), flushes it to
+// disk and writes its checksum sidecar.
+using ByteWriter = std::function<size_t(const void*, size_t)>;
+void write_streamed(const std::string& path,
+                    const std::function<void(const ByteWriter&)>& produce) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  StreamingHash hash;
+  size_t size = 0;
+  produce([&](const void* data, size_t n) -> size_t {
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+    hash.update(static_cast<const unsigned char*>(data), n);
+    size += n;
+    return n;
+  });
+  out.flush();
+  STEPWISE_CHECK(out.good(), CheckpointError, "cannot write checkpoint file ", path, ": ",
+                 std::strerror(errno));
+  out.close();
+  fsync_path(path, false);
+  write_sum(path, size, hash.finish());
+}
+
+// Runs `read`, naming `path` in the CheckpointError for whatever LibTorch throws.
+template <typename F>
+auto reading(const std::string& path, F&& read) {
+  try {
+    return read();
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    throw CheckpointError(
+        c10::str("checkpoint file ", path, " cannot be read: ", what.substr(0, what.find('\n'))));
+  }
+}
+
 void write_pickle(const std::string& path, const c10::IValue& value) {
   // What torch::pickle_save does, streamed into the file instead of a vector: the pickle
   // itself is small (tensor data goes out of band), the tensors go straight to disk.
@@ -191,24 +226,12 @@ void write_pickle(const std::string& path, const c10::IValue& value) {
   pickler.protocol();
   pickler.pushIValue(value);
   pickler.stop();
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  StreamingHash hash;
-  size_t size = 0;
-  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) -> size_t {
-    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-    hash.update(static_cast<const unsigned char*>(data), n);
-    size += n;
-    return n;
+  write_streamed(path, [&](const ByteWriter& write) {
+    caffe2::serialize::PyTorchStreamWriter writer(write);
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
+                                       writer);
+    writer.writeEndOfFile();
   });
-  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
-                                     writer);
-  writer.writeEndOfFile();
-  out.flush();
-  STEPWISE_CHECK(out.good(), CheckpointError, "cannot write checkpoint file ", path, ": ",
-                 std::strerror(errno));
-  out.close();
-  fsync_path(path, false);
-  write_sum(path, size, hash.finish());
 }
 
 c10::IValue read_pickle(const std::string& path) {
@@ -219,45 +242,21 @@ c10::IValue read_pickle(const std::string& path) {
 }
 
 c10::IValue read_foreign_pickle(const std::string& path) {
-  try {
+  return reading(path, [&] {
     // What torch::pickle_load does, reading the file in place of a copy of it in memory.
     caffe2::serialize::PyTorchStreamReader reader(path);
     return torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt,
                                              c10::nullopt, reader);
-  } catch (const std::exception& e) {
-    const std::string what = e.what();
-    throw CheckpointError(
-        c10::str("checkpoint file ", path, " cannot be read: ", what.substr(0, what.find('\n'))));
-  }
+  });
 }
 
 void write_archive(const std::string& path, torch::serialize::OutputArchive& archive) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  StreamingHash hash;
-  size_t size = 0;
-  archive.save_to([&](const void* data, size_t n) -> size_t {
-    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-    hash.update(static_cast<const unsigned char*>(data), n);
-    size += n;
-    return n;
-  });
-  out.flush();
-  STEPWISE_CHECK(out.good(), CheckpointError, "cannot write checkpoint file ", path, ": ",
-                 std::strerror(errno));
-  out.close();
-  fsync_path(path, false);
-  write_sum(path, size, hash.finish());
+  write_streamed(path, [&](const ByteWriter& write) { archive.save_to(write); });
 }
 
 void read_archive(const std::string& path, torch::serialize::InputArchive& archive) {
   check_sum(path);
-  try {
-    archive.load_from(path);
-  } catch (const std::exception& e) {
-    const std::string what = e.what();
-    throw CheckpointError(
-        c10::str("checkpoint file ", path, " cannot be read: ", what.substr(0, what.find('\n'))));
-  }
+  reading(path, [&] { archive.load_from(path); });
 }
 
 }  // namespace detail

@@ -103,29 +103,27 @@ bool same_tag_everywhere(distributed::Context& ctx, const std::string& tag) {
 const c10::IValue& entry(const Dict& dict, const char* key, const std::string& path) {
   const auto it = dict.find(c10::IValue(std::string(key)));
   STEPWISE_CHECK(it != dict.end(), CheckpointError, "checkpoint file ", path, " has no \"", key,
-                 "\" entry: it was not written by stepwise's save_checkpoint");
+                 "\" entry: it was not written by stepwise's save_checkpoint (or "
+                 "tools/deepspeed-to-stepwise)");
   return it->value();
 }
 
 std::string shape_of(const torch::Tensor& t) { return c10::str(t.sizes()); }
 
-c10::IValue at_key(const Dict& dict, const char* key) {
-  return dict.at(c10::IValue(std::string(key)));
-}
-
 // A converted DeepSpeed checkpoint (tools/deepspeed-to-stepwise) as the entries of
 // stepwise's own model-states file: a boundary checkpoint without a window.
-Dict from_deepspeed(const Dict& ds, int64_t gas, const std::string& precision) {
+Dict from_deepspeed(const Dict& ds, const std::string& file, int64_t gas,
+                    const std::string& precision) {
   Dict d(c10::StringType::get(), c10::AnyType::get());
   c10::Dict<std::string, at::Tensor> module;
-  for (const auto& pair : at_key(ds, "module").toTuple()->elements().vec()) {
+  for (const auto& pair : entry(ds, "module", file).toTuple()->elements().vec()) {
     const auto items = pair.toTuple()->elements().vec();  // (name, tensor)
     module.insert(items[0].toStringRef(), items[1].toTensor());
   }
   d.insert("module", module);
   d.insert("optimizer_type", std::string("deepspeed"));
-  d.insert("deepspeed_optimizer", at_key(ds, "optimizer"));
-  const auto scheduler = at_key(ds, "lr_scheduler");
+  d.insert("deepspeed_optimizer", entry(ds, "optimizer", file));
+  const auto scheduler = entry(ds, "lr_scheduler", file);
   if (scheduler.isNone()) {
     d.insert("lr_scheduler", c10::IValue());
   } else {
@@ -137,15 +135,15 @@ Dict from_deepspeed(const Dict& ds, int64_t gas, const std::string& precision) {
     d.insert("lr_scheduler", s);
   }
   d.insert("loss_scaler", c10::IValue());
-  const int64_t global_steps = at_key(ds, "global_steps").toInt();
+  const int64_t global_steps = entry(ds, "global_steps", file).toInt();
   d.insert("global_steps", global_steps);
-  d.insert("global_samples", at_key(ds, "global_samples"));
-  d.insert("skipped_steps", at_key(ds, "skipped_steps"));
+  d.insert("global_samples", entry(ds, "global_samples", file));
+  d.insert("skipped_steps", entry(ds, "skipped_steps", file));
   d.insert("micro_steps", global_steps * gas);  // DeepSpeed does not save it
-  d.insert("dp_world_size", at_key(ds, "dp_world_size"));
+  d.insert("dp_world_size", entry(ds, "dp_world_size", file));
   d.insert("gradient_accumulation_steps", gas);
   d.insert("precision", precision);
-  d.insert("ds_config", at_key(ds, "ds_config"));
+  d.insert("ds_config", entry(ds, "ds_config", file));
   d.insert("was_step_applied", false);
   d.insert("global_grad_norm", 0.0);
   d.insert("last_window_losses", c10::List<at::Tensor>());
@@ -370,8 +368,9 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const LoadOptio
     const c10::IValue ds = detail::read_foreign_pickle(deepspeed_file);
     STEPWISE_CHECK(ds.isGenericDict(), CheckpointError, "checkpoint file ", deepspeed_file,
                    " does not hold a dict: write it with tools/deepspeed-to-stepwise");
-    const Dict states = from_deepspeed(ds.toGenericDict(), sizes_.gradient_accumulation_steps,
-                                       precision_name(precision_->mode()));
+    const Dict states =
+        from_deepspeed(ds.toGenericDict(), deepspeed_file, sizes_.gradient_accumulation_steps,
+                       precision_name(precision_->mode()));
     load_states(states, nullptr, options, path);
     if (ctx) ctx->barrier("checkpoint load");
     return LoadedCheckpoint{path, {}};

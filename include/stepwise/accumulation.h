@@ -79,55 +79,51 @@ class Accumulator {
   void on_flush(bool skipped, int64_t samples);
 
   /// Sets (a value) or clears (nullopt: back to counting) the boundary by hand.
-  void set_manual_boundary(std::optional<bool> boundary) { manual_boundary_ = boundary; }
+  void set_manual_boundary(std::optional<bool> boundary) { s_.manual_boundary = boundary; }
   /// The boundary set by hand, if any.
-  std::optional<bool> manual_boundary() const { return manual_boundary_; }
+  std::optional<bool> manual_boundary() const { return s_.manual_boundary; }
 
   /// see NOTE: [accumulation boundary]; a boundary set by hand wins.
   bool is_boundary() const {
-    return manual_boundary_ ? *manual_boundary_ : (micro_steps_ + 1) % gas_ == 0;
+    return s_.manual_boundary ? *s_.manual_boundary : (s_.micro_steps + 1) % gas_ == 0;
   }
   /// backward() calls since the last boundary.
-  int64_t window_backwards() const { return window_backwards_; }
+  int64_t window_backwards() const { return s_.window_backwards; }
   /// What a step ending the window after `window_backwards()` micro-batches (a
   /// flush or a boundary set by hand) multiplies the gradients by so that they are
   /// their mean: GAS / k when backward() divided each loss by GAS, 1 when it did
   /// not (the loop normalised the loss itself). Throws UsageError if the window mixed both.
   double early_end_factor() const;
   /// Micro-batches stepped since the last boundary (0 .. GAS-1).
-  int64_t pending() const { return micro_steps_ % gas_; }
+  int64_t pending() const { return s_.micro_steps % gas_; }
   /// Whether a backward() is waiting for its step().
-  bool awaiting_step() const { return awaiting_step_; }
+  bool awaiting_step() const { return s_.awaiting_step; }
 
   /// Micro-batches per optimizer step.
   int64_t gas() const { return gas_; }
   /// step() calls so far.
-  int64_t micro_steps() const { return micro_steps_; }
+  int64_t micro_steps() const { return s_.micro_steps; }
   /// Boundaries reached, skipped ones included.
-  int64_t global_steps() const { return global_steps_; }
+  int64_t global_steps() const { return s_.global_steps; }
   /// Boundaries whose optimizer step was skipped.
-  int64_t skipped_steps() const { return skipped_steps_; }
+  int64_t skipped_steps() const { return s_.skipped_steps; }
   /// Samples of all boundary steps.
-  int64_t global_samples() const { return global_samples_; }
+  int64_t global_samples() const { return s_.global_samples; }
   /// Whether the cadence checks are on.
   bool strict_cadence() const { return strict_cadence_; }
 
   /// The counters, for a checkpoint.
-  AccumulatorState state() const;
+  const AccumulatorState& state() const { return s_; }
   /// Sets the counters (a checkpoint's).
-  void restore(const AccumulatorState& state);
+  void restore(const AccumulatorState& state) { s_ = state; }
 
  private:
   int64_t gas_;
   bool strict_cadence_;
-  bool awaiting_step_ = false;
-  std::optional<bool> manual_boundary_;
-  int64_t window_backwards_ = 0;
-  int64_t window_scaled_ = 0;
-  int64_t micro_steps_ = 0;
-  int64_t global_steps_ = 0;
-  int64_t skipped_steps_ = 0;
-  int64_t global_samples_ = 0;
+  // A boundary: the window's counts restart, one more (maybe skipped) step.
+  void end_window(bool skipped, int64_t samples);
+
+  AccumulatorState s_;  // every counter, as a checkpoint saves them
 };
 
 }  // namespace stepwise
