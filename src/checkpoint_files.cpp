@@ -9,6 +9,7 @@
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/optim/optimizer.h>
 #include <torch/serialize.h>
 
 #include <fcntl.h>
@@ -24,6 +25,7 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <typeinfo>
 
 namespace stepwise {
 
@@ -75,6 +77,19 @@ void write_bytes(const std::string& path, const char* data, size_t size) {
 }
 
 }  // namespace
+
+const c10::IValue& entry(const c10::impl::GenericDict& dict, const char* key,
+                         const std::string& path) {
+  const auto it = dict.find(c10::IValue(std::string(key)));
+  STEPWISE_CHECK(it != dict.end(), CheckpointError, "checkpoint file ", path, " has no \"", key,
+                 "\" entry: it was not written by stepwise's save_checkpoint (or "
+                 "tools/deepspeed-to-stepwise)");
+  return it->value();
+}
+
+std::string optimizer_type(const torch::optim::Optimizer& optimizer) {
+  return c10::demangle(typeid(optimizer).name());
+}
 
 std::string window_file(int64_t rank) { return c10::str("window_rank_", rank, ".pt"); }
 
@@ -157,7 +172,12 @@ void check_sum(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   STEPWISE_CHECK(fd >= 0, CheckpointError, "cannot open checkpoint file ", path, ": ",
                  std::strerror(errno));
-  const auto total = static_cast<size_t>(fs::file_size(path));
+  std::error_code ec;
+  const auto total = static_cast<size_t>(fs::file_size(path, ec));
+  if (ec) {
+    ::close(fd);
+    throw CheckpointError(c10::str("cannot read checkpoint file ", path, ": ", ec.message()));
+  }
   StreamingHash hash;
   if (total > 0) {
     void* data = ::mmap(nullptr, total, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -203,18 +223,6 @@ void write_streamed(const std::string& path,
   out.close();
   fsync_path(path, false);
   write_sum(path, size, hash.finish());
-}
-
-// Runs `read`, naming `path` in the CheckpointError for whatever LibTorch throws.
-template <typename F>
-auto reading(const std::string& path, F&& read) {
-  try {
-    return read();
-  } catch (const std::exception& e) {
-    const std::string what = e.what();
-    throw CheckpointError(
-        c10::str("checkpoint file ", path, " cannot be read: ", what.substr(0, what.find('\n'))));
-  }
 }
 
 void write_pickle(const std::string& path, const c10::IValue& value) {

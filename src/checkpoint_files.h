@@ -2,12 +2,19 @@
 // errors that name them. see NOTE: [checkpoint layout]
 #pragma once
 
+#include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include <stepwise/errors.h>
+
 #include <string>
 #include <vector>
+
+namespace torch::optim {
+class Optimizer;
+}  // namespace torch::optim
 
 namespace stepwise::detail {
 
@@ -17,6 +24,28 @@ inline constexpr const char* kModelStatesFile = "mp_rank_00_model_states.pt";
 inline constexpr const char* kDeepSpeedFile = "deepspeed_model_states.pt";
 /// The optimizer's state and its parameter groups' options (a LibTorch archive).
 inline constexpr const char* kOptimizerFile = "optimizer_states.pt";
+/// The entry `key` of a checkpoint's dict read from `path`; CheckpointError naming both
+/// when it is missing (the file was not written by save_checkpoint).
+const c10::IValue& entry(const c10::impl::GenericDict& dict, const char* key,
+                         const std::string& path);
+/// The optimizer's C++ type, as a checkpoint records it ("torch::optim::AdamW").
+std::string optimizer_type(const torch::optim::Optimizer& optimizer);
+
+/// Runs `read`, naming `path` in the CheckpointError for whatever it throws (LibTorch's
+/// archive and unpickler errors).
+template <typename F>
+auto reading(const std::string& path, F&& read) {
+  try {
+    return read();
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    throw CheckpointError(
+        c10::str("checkpoint file ", path, " cannot be read: ", what.substr(0, what.find('\n'))));
+  }
+}
+
 /// The file of one rank's window in progress.
 std::string window_file(int64_t rank);
 

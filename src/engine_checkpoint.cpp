@@ -4,26 +4,61 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
-#include <stepwise/fused_adamw.h>
+#include <nlohmann/json.hpp>
 
+#include "checkpoint_deepspeed.h"
 #include "checkpoint_files.h"
 #include "leftover_checks.h"
-#include "torch_compat.h"
 
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <iostream>
 
 namespace stepwise {
 
+namespace detail {
+
+// What a load will do, worked out (and checked) before it changes anything.
+struct LoadPlan {
+  std::string path;
+  std::string states_file;
+  c10::impl::GenericDict states{c10::StringType::get(), c10::AnyType::get()};
+  std::optional<c10::impl::GenericDict> window;  // this rank's window file, when read
+  bool full = false;                             // not load_module_only
+  bool continue_window = false;                  // the pending gradients are loaded
+  int64_t saved_gas = 1;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (target, value)
+  std::vector<torch::Tensor> window_grads;  // by trainable index; undefined: none
+  bool load_optimizer = false;
+  torch::serialize::InputArchive optimizer_archive;
+  c10::IValue deepspeed_optimizer;  // None: none to apply
+  // The scheduler's position, when loaded: its step count, the engine's steps, the lrs.
+  std::optional<std::pair<int64_t, int64_t>> scheduler_steps;
+  std::vector<double> scheduler_lrs;
+  std::optional<LossScalerState> scaler;
+  AccumulatorState counters;
+  std::vector<torch::Tensor> window_losses;
+  std::vector<torch::Tensor> last_window_losses;
+  double last_window_factor = 1.0;
+  bool was_step_applied = false;
+  double global_grad_norm = 0.0;
+  ClientState client_state;
+};
+
+}  // namespace detail
+
 namespace {
 
 namespace fs = std::filesystem;
 using Dict = c10::impl::GenericDict;
+using detail::entry;
 
 #ifndef STEPWISE_VERSION
 #define STEPWISE_VERSION "unknown"
 #endif
+
+Dict new_dict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
 
 const char* precision_name(PrecisionMode mode) {
   switch (mode) {
@@ -34,10 +69,6 @@ const char* precision_name(PrecisionMode mode) {
     default:
       return "fp32";
   }
-}
-
-std::string optimizer_type(const torch::optim::Optimizer& optimizer) {
-  return c10::demangle(typeid(optimizer).name());
 }
 
 // LibTorch 1.13's Optimizer::load restores the state but not the parameter groups'
@@ -59,11 +90,11 @@ void save_optimizer(const torch::optim::Optimizer& optimizer,
   }
 }
 
-// Why the archive does not fit `optimizer` (empty: it fits).
+// Why the archive read from `file` does not fit `optimizer` (empty: it fits).
 std::string optimizer_mismatch(torch::optim::Optimizer& optimizer,
-                               torch::serialize::InputArchive& archive) {
+                               torch::serialize::InputArchive& archive, const std::string& file) {
   torch::Tensor sizes;
-  archive.read("group_sizes", sizes);
+  detail::reading(file, [&] { archive.read("group_sizes", sizes); });
   const auto& groups = optimizer.param_groups();
   if (sizes.numel() != static_cast<int64_t>(groups.size())) {
     return c10::str("it has ", sizes.numel(), " parameter groups, this optimizer ", groups.size());
@@ -81,6 +112,9 @@ std::string optimizer_mismatch(torch::optim::Optimizer& optimizer,
 void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive) {
   torch::serialize::InputArchive state;
   archive.read("state", state);
+  // Optimizer::load only sets the parameters the archive has a state for: the state of a
+  // parameter it lacks (never stepped when saved) must not survive from before the load.
+  optimizer.state().clear();
   optimizer.load(state);
   auto& groups = optimizer.param_groups();
   for (size_t i = 0; i < groups.size(); ++i) {
@@ -88,6 +122,37 @@ void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputA
     archive.read(c10::str("options/", i), options);
     groups[i].options().serialize(options);
   }
+}
+
+// NOTE: [checkpoint phases] With W > 1 a save or a load runs in phases, each ended by
+// one all-gather of every rank's "it went well" flag. A rank whose phase threw rethrows
+// its own error; the others throw a CheckpointError naming the ranks that failed. So an
+// error on one rank (a full disk, a missing or corrupted window file) reaches every rank
+// at once instead of leaving the others in the next collective until the timeout, and a
+// load changes nothing on any rank unless every rank's checks passed. With W = 1 a phase
+// just runs.
+template <typename F>
+void phase(distributed::Context* ctx, const std::string& what, F&& run) {
+  std::exception_ptr error;
+  try {
+    run();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (ctx != nullptr) {
+    const auto flags =
+        ctx->all_gather(torch::tensor({error ? int64_t{1} : int64_t{0}}, torch::kLong), what);
+    std::string failed;
+    for (size_t r = 0; r < flags.size(); ++r) {
+      if (flags[r].item<int64_t>() != 0) failed += c10::str(failed.empty() ? "" : ", ", r);
+    }
+    if (!error && !failed.empty()) {
+      throw CheckpointError(c10::str(what, " failed on rank ", failed,
+                                     " (its own CheckpointError says why); every rank stopped "
+                                     "there"));
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 // The tags of all ranks are compared (one all-gather of a hash over c10d).
@@ -100,163 +165,59 @@ bool same_tag_everywhere(distributed::Context& ctx, const std::string& tag) {
   return true;
 }
 
-const c10::IValue& entry(const Dict& dict, const char* key, const std::string& path) {
-  const auto it = dict.find(c10::IValue(std::string(key)));
-  STEPWISE_CHECK(it != dict.end(), CheckpointError, "checkpoint file ", path, " has no \"", key,
-                 "\" entry: it was not written by stepwise's save_checkpoint (or "
-                 "tools/deepspeed-to-stepwise)");
-  return it->value();
+// Rank 0's `text` on every rank (two broadcasts over c10d).
+std::string rank0_text(distributed::Context& ctx, const std::string& text) {
+  auto size = torch::tensor({static_cast<int64_t>(text.size())}, torch::kLong);
+  ctx.broadcast(size, 0, "checkpoint tag (size)");
+  std::vector<int64_t> chars(text.begin(), text.end());
+  chars.resize(static_cast<size_t>(size.item<int64_t>()));
+  auto bytes = torch::tensor(chars, torch::kLong);
+  ctx.broadcast(bytes, 0, "checkpoint tag");
+  std::string out;
+  for (int64_t i = 0; i < bytes.numel(); ++i) out += static_cast<char>(bytes[i].item<int64_t>());
+  return out;
 }
 
 std::string shape_of(const torch::Tensor& t) { return c10::str(t.sizes()); }
 
-// A converted DeepSpeed checkpoint (tools/deepspeed-to-stepwise) as the entries of
-// stepwise's own model-states file: a boundary checkpoint without a window.
-Dict from_deepspeed(const Dict& ds, const std::string& file, int64_t gas,
-                    const std::string& precision) {
-  Dict d(c10::StringType::get(), c10::AnyType::get());
-  c10::Dict<std::string, at::Tensor> module;
-  for (const auto& pair : entry(ds, "module", file).toTuple()->elements().vec()) {
-    const auto items = pair.toTuple()->elements().vec();  // (name, tensor)
-    module.insert(items[0].toStringRef(), items[1].toTensor());
-  }
-  d.insert("module", module);
-  d.insert("optimizer_type", std::string("deepspeed"));
-  d.insert("deepspeed_optimizer", entry(ds, "optimizer", file));
-  const auto scheduler = entry(ds, "lr_scheduler", file);
-  if (scheduler.isNone()) {
-    d.insert("lr_scheduler", c10::IValue());
-  } else {
-    // DeepSpeed's last_batch_iteration is k - 1 after k steps; stepwise counts k.
-    const int64_t steps = scheduler.toInt() + 1;
-    c10::Dict<std::string, int64_t> s;
-    s.insert("step_count", steps);
-    s.insert("steps_taken", steps);
-    d.insert("lr_scheduler", s);
-  }
-  d.insert("loss_scaler", c10::IValue());
-  const int64_t global_steps = entry(ds, "global_steps", file).toInt();
-  d.insert("global_steps", global_steps);
-  d.insert("global_samples", entry(ds, "global_samples", file));
-  d.insert("skipped_steps", entry(ds, "skipped_steps", file));
-  d.insert("micro_steps", global_steps * gas);  // DeepSpeed does not save it
-  d.insert("dp_world_size", entry(ds, "dp_world_size", file));
-  d.insert("gradient_accumulation_steps", gas);
-  d.insert("precision", precision);
-  d.insert("ds_config", entry(ds, "ds_config", file));
-  d.insert("was_step_applied", false);
-  d.insert("global_grad_norm", 0.0);
-  d.insert("last_window_losses", c10::List<at::Tensor>());
-  d.insert("last_window_factor", 1.0);
-  d.insert("client_state", Dict(c10::StringType::get(), c10::AnyType::get()));
-  return d;
-}
-
-// tools/deepspeed-to-stepwise's optimizer entry: (state, groups), with (index, step,
-// exp_avg, exp_avg_sq) per parameter and (lr, betas, eps, weight_decay, indices) per group.
-std::vector<c10::IValue> elements(const c10::IValue& tuple) {
-  return tuple.toTuple()->elements().vec();  // a copy of the handles (TupleElements)
-}
-
-// Why that Adam/AdamW state (from DeepSpeed) does not fit `optimizer`.
-std::string deepspeed_optimizer_mismatch(torch::optim::Optimizer& optimizer,
-                                         const c10::IValue& saved) {
-  const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr ||
-                    dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr ||
-                    dynamic_cast<FusedAdamW*>(&optimizer) != nullptr;
-  if (!adam) {
-    return "only an Adam or AdamW state converts; this engine's optimizer is a " +
-           optimizer_type(optimizer);
-  }
-  const auto groups = elements(elements(saved)[1]);
-  const auto& mine = optimizer.param_groups();
-  if (groups.size() != mine.size()) {
-    return c10::str("it has ", groups.size(), " parameter groups, this optimizer ", mine.size());
-  }
-  std::vector<torch::Tensor> params;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const auto indices = elements(elements(groups[i])[4]);
-    if (indices.size() != mine[i].params().size()) {
-      return c10::str("its parameter group ", i, " has ", indices.size(),
-                      " parameters, this optimizer's ", mine[i].params().size());
-    }
-    for (const auto& p : mine[i].params()) params.push_back(p);
-  }
-  for (const auto& entry : elements(elements(saved)[0])) {
-    const auto e = elements(entry);
-    const int64_t index = e[0].toInt();
-    if (index < 0 || index >= static_cast<int64_t>(params.size())) {
-      return c10::str("its state names parameter ", index, " of ", params.size());
-    }
-    const auto m = e[2].toTensor();
-    if (m.sizes() != params[index].sizes()) {
-      return c10::str("parameter ", index, "'s exp_avg has shape ", m.sizes(), ", the parameter ",
-                      params[index].sizes());
-    }
-  }
-  return "";
-}
-
-template <typename State, typename Options>
-void apply_adam_state(torch::optim::Optimizer& optimizer, const c10::IValue& saved) {
-  const auto groups = elements(elements(saved)[1]);
-  std::vector<torch::Tensor> params;
-  auto& mine = optimizer.param_groups();
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const auto g = elements(groups[i]);
-    const auto betas = elements(g[1]);
-    static_cast<Options&>(mine[i].options())
-        .lr(g[0].toDouble())
-        .betas({betas[0].toDouble(), betas[1].toDouble()})
-        .eps(g[2].toDouble())
-        .weight_decay(g[3].toDouble());
-    for (const auto& p : mine[i].params()) params.push_back(p);
-  }
-  for (const auto& entry : elements(elements(saved)[0])) {
-    const auto e = elements(entry);
-    const auto& p = params[static_cast<size_t>(e[0].toInt())];
-    auto state = std::make_unique<State>();
-    state->step(e[1].toInt());
-    state->exp_avg(e[2].toTensor().to(p.options()).clone());
-    state->exp_avg_sq(e[3].toTensor().to(p.options()).clone());
-    optimizer.state()[compat::state_key(optimizer, p)] = std::move(state);
-  }
-}
-
-void apply_deepspeed_optimizer(torch::optim::Optimizer& optimizer, const c10::IValue& saved) {
-  if (dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr) {
-    apply_adam_state<torch::optim::AdamParamState, torch::optim::AdamOptions>(optimizer, saved);
-  } else {
-    apply_adam_state<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(optimizer, saved);
-  }
+// The config as saved: the JSON it was parsed from, with the batch sizes resolved.
+std::string resolved_config(const Config& config, const BatchSizes& sizes) {
+  auto json = nlohmann::json::parse(config.json_text);
+  json["train_batch_size"] = sizes.train_batch_size;
+  json["train_micro_batch_size_per_gpu"] = sizes.micro_batch;
+  json["gradient_accumulation_steps"] = sizes.gradient_accumulation_steps;
+  return json.dump();
 }
 
 }  // namespace
 
 c10::IValue Engine::model_states(const ClientState& client_state) const {
+  const auto names = detail::trainable_names(*model_);
   c10::Dict<std::string, at::Tensor> module;
   for (const auto& item : model_->named_parameters())
     module.insert(item.key(), item.value().detach());
   for (const auto& item : model_->named_buffers()) module.insert(item.key(), item.value().detach());
-  Dict d(c10::StringType::get(), c10::AnyType::get());
+  Dict d = new_dict();
   d.insert("module", module);
   if (precision_->mode() != PrecisionMode::kFp32) {
-    c10::List<at::Tensor> masters;
-    for (const auto& m : precision_->optimizer_params()) masters.push_back(m.detach());
+    c10::Dict<std::string, at::Tensor> masters;
+    const auto& params = precision_->optimizer_params();
+    for (size_t i = 0; i < params.size(); ++i) masters.insert(names[i], params[i].detach());
     d.insert("fp32_masters", masters);
   }
-  d.insert("optimizer_type", optimizer_type(*optimizer_));
+  d.insert("optimizer_type", detail::optimizer_type(*optimizer_));
   if (scheduler_) {
-    c10::Dict<std::string, int64_t> s;
+    Dict s = new_dict();
     s.insert("step_count", scheduler_step_count(*scheduler_));
     s.insert("steps_taken", scheduler_steps_taken_);
+    s.insert("lrs", c10::List<double>(get_lr()));
     d.insert("lr_scheduler", s);
   } else {
     d.insert("lr_scheduler", c10::IValue());
   }
   if (const LossScaler* scaler = precision_->scaler()) {
     const LossScalerState st = scaler->state();
-    Dict s(c10::StringType::get(), c10::AnyType::get());
+    Dict s = new_dict();
     s.insert("scale", st.scale);
     s.insert("iteration", st.iteration);
     s.insert("last_overflow_iteration", st.last_overflow_iteration);
@@ -265,20 +226,24 @@ c10::IValue Engine::model_states(const ClientState& client_state) const {
   } else {
     d.insert("loss_scaler", c10::IValue());
   }
-  d.insert("global_steps", global_steps());
-  d.insert("global_samples", global_samples());
-  d.insert("skipped_steps", skipped_steps());
-  d.insert("micro_steps", micro_steps());
+  const AccumulatorState acc = accumulator_.state();
+  d.insert("global_steps", acc.global_steps);
+  d.insert("global_samples", acc.global_samples);
+  d.insert("skipped_steps", acc.skipped_steps);
+  d.insert("micro_steps", acc.micro_steps);
+  // The window in progress as every rank sees it (its gradients are in the window files).
+  d.insert("window_micro_batches", acc.window_backwards);
+  d.insert("window_awaiting_step", acc.awaiting_step);
+  d.insert("manual_boundary",
+           acc.manual_boundary ? static_cast<int64_t>(*acc.manual_boundary) : int64_t{-1});
   d.insert("dp_world_size", sizes_.world_size);
   d.insert("gradient_accumulation_steps", sizes_.gradient_accumulation_steps);
   d.insert("precision", std::string(precision_name(precision_->mode())));
-  d.insert("ds_config", config_.json_text);
+  d.insert("ds_config", resolved_config(config_, sizes_));
   d.insert("stepwise_version", std::string(STEPWISE_VERSION));
   d.insert("was_step_applied", was_step_applied_);
   d.insert("global_grad_norm", global_grad_norm_);
-  d.insert("last_window_losses", c10::List<at::Tensor>(last_window_losses_));
-  d.insert("last_window_factor", last_window_factor_);
-  Dict client(c10::StringType::get(), c10::AnyType::get());
+  Dict client = new_dict();
   for (const auto& [key, value] : client_state) client.insert(key, value);
   d.insert("client_state", client);
   return d;
@@ -286,20 +251,12 @@ c10::IValue Engine::model_states(const ClientState& client_state) const {
 
 c10::IValue Engine::window_state() const {
   const AccumulatorState acc = accumulator_.state();
-  Dict d(c10::StringType::get(), c10::AnyType::get());
+  Dict d = new_dict();
   d.insert("rank", distributed::rank());
   d.insert("world_size", sizes_.world_size);
-  d.insert("gradient_accumulation_steps", sizes_.gradient_accumulation_steps);
-  d.insert("precision", std::string(precision_name(precision_->mode())));
   d.insert("micro_steps", acc.micro_steps);
-  d.insert("global_steps", acc.global_steps);
-  d.insert("skipped_steps", acc.skipped_steps);
-  d.insert("global_samples", acc.global_samples);
   d.insert("window_backwards", acc.window_backwards);
   d.insert("window_scaled", acc.window_scaled);
-  d.insert("awaiting_step", acc.awaiting_step);
-  d.insert("manual_boundary",
-           acc.manual_boundary ? static_cast<int64_t>(*acc.manual_boundary) : int64_t{-1});
   c10::Dict<std::string, at::Tensor> grads;
   const auto names = detail::trainable_names(*model_);
   auto& params = const_cast<Precision&>(*precision_).model_params();
@@ -308,280 +265,382 @@ c10::IValue Engine::window_state() const {
   }
   d.insert("grads", grads);
   d.insert("window_losses", c10::List<at::Tensor>(window_losses_));
+  // This rank's loss of the last finished window (window_loss()).
+  d.insert("last_window_losses", c10::List<at::Tensor>(last_window_losses_));
+  d.insert("last_window_factor", last_window_factor_);
   return d;
 }
 
 std::string Engine::save_checkpoint(const std::string& dir, const SaveOptions& options) {
-  const std::string tag = options.tag().value_or(c10::str("global_step", global_steps()));
-  detail::check_tag(tag);
-  const auto ctx = sizes_.world_size > 1 ? distributed::default_context() : nullptr;
+  std::string tag = options.tag().value_or(c10::str("global_step", global_steps()));
+  const auto context = sizes_.world_size > 1 ? distributed::default_context() : nullptr;
+  distributed::Context* ctx = context.get();
   const int64_t rank = ctx ? ctx->rank() : 0;
-  if (ctx && config_.checkpoint.tag_validation != TagValidation::kIgnore &&
-      !same_tag_everywhere(*ctx, tag)) {
-    STEPWISE_CHECK(config_.checkpoint.tag_validation != TagValidation::kFail, CheckpointError,
+  phase(ctx, "checkpoint save: tag check", [&] { detail::check_tag(tag); });
+  if (ctx && !same_tag_everywhere(*ctx, tag)) {
+    const auto validation = config_.checkpoint.tag_validation;
+    STEPWISE_CHECK(validation != TagValidation::kFail, CheckpointError,
                    "the ranks passed different checkpoint tags (this rank: \"", tag,
                    "\"); nothing was written. Pass the same tag on every rank, or leave it "
                    "unset (\"global_step<N>\")");
-    if (rank == 0) {
-      std::cerr << "[stepwise] warning: the ranks passed different checkpoint tags; saving as "
-                   "rank 0's \""
-                << tag << "\" (checkpoint.tag_validation is Warn)\n";
+    const std::string mine = tag;
+    tag = rank0_text(*ctx, tag);  // every rank saves under rank 0's tag
+    if (validation == TagValidation::kWarn && mine != tag) {
+      std::cerr << "[stepwise] warning: rank " << rank << " passed checkpoint tag \"" << mine
+                << "\", rank 0 \"" << tag << "\"; saving as \"" << tag
+                << "\" on every rank (checkpoint.tag_validation is Warn)\n";
     }
   }
   const std::string partial = detail::partial_folder(dir, tag);
-  if (rank == 0) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    STEPWISE_CHECK(!ec, CheckpointError, "cannot create checkpoint directory ", dir, ": ",
-                   ec.message());
-    detail::make_partial_folder(partial);
+  try {
+    phase(ctx, "checkpoint save: creating the folder", [&] {
+      if (rank != 0) return;
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      STEPWISE_CHECK(!ec, CheckpointError, "cannot create checkpoint directory ", dir, ": ",
+                     ec.message());
+      detail::make_partial_folder(partial);
+    });
+    phase(ctx, "checkpoint save: writing the files", [&] {
+      detail::write_pickle((fs::path(partial) / detail::window_file(rank)).string(),
+                           window_state());
+      if (rank != 0) return;
+      detail::write_pickle((fs::path(partial) / detail::kModelStatesFile).string(),
+                           model_states(options.client_state()));
+      torch::serialize::OutputArchive optimizer_archive;
+      save_optimizer(*optimizer_, optimizer_archive);
+      detail::write_archive((fs::path(partial) / detail::kOptimizerFile).string(),
+                            optimizer_archive);
+    });
+    phase(ctx, "checkpoint save: publishing", [&] {
+      if (rank != 0) return;
+      detail::publish(partial, dir, tag);
+      if (options.save_latest()) detail::write_latest(dir, tag);
+    });
+  } catch (...) {  // a CheckpointError, or a DistributedError: a rank died or timed out
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(partial, ec);  // what the failed save wrote; the last checkpoint stays
+    }
+    throw;
   }
-  if (ctx) ctx->barrier("checkpoint save: folder created");
-  detail::write_pickle((fs::path(partial) / detail::window_file(rank)).string(), window_state());
-  if (rank == 0) {
-    detail::write_pickle((fs::path(partial) / detail::kModelStatesFile).string(),
-                         model_states(options.client_state()));
-    torch::serialize::OutputArchive optimizer_archive;
-    save_optimizer(*optimizer_, optimizer_archive);
-    detail::write_archive((fs::path(partial) / detail::kOptimizerFile).string(), optimizer_archive);
-  }
-  if (ctx) ctx->barrier("checkpoint save: files written");
-  if (rank == 0) {
-    detail::publish(partial, dir, tag);
-    if (options.save_latest()) detail::write_latest(dir, tag);
-  }
-  if (ctx) ctx->barrier("checkpoint save: published");
   return (fs::path(dir) / tag).string();
 }
 
 LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
-  const std::string tag = options.tag() ? *options.tag() : detail::read_latest(dir);
-  detail::check_tag(tag);
-  const auto ctx = sizes_.world_size > 1 ? distributed::default_context() : nullptr;
+  const auto context = sizes_.world_size > 1 ? distributed::default_context() : nullptr;
+  distributed::Context* ctx = context.get();
+  std::string tag;
+  phase(ctx, "checkpoint load: finding the tag", [&] {
+    tag = options.tag() ? *options.tag() : detail::read_latest(dir);
+    detail::check_tag(tag);
+  });
   STEPWISE_CHECK(!ctx || same_tag_everywhere(*ctx, tag), CheckpointError,
                  "the ranks are loading different checkpoints (this rank: \"", tag,
                  "\"): pass the same LoadOptions().tag(...) on every rank, or none");
-  const std::string path = (fs::path(dir) / tag).string();
-  const std::string states_file = (fs::path(path) / detail::kModelStatesFile).string();
-  const std::string deepspeed_file = (fs::path(path) / detail::kDeepSpeedFile).string();
+  detail::LoadPlan plan;
+  phase(ctx, "checkpoint load: reading and checking", [&] { plan_load(dir, tag, options, plan); });
+  phase(ctx, "checkpoint load: loading", [&] { apply_load(plan); });
+  return LoadedCheckpoint{plan.path, std::move(plan.client_state)};
+}
+
+void Engine::plan_load(const std::string& dir, const std::string& tag, const LoadOptions& options,
+                       detail::LoadPlan& plan) const {
+  plan.path = (fs::path(dir) / tag).string();
+  plan.full = !options.load_module_only();
+  const std::string states_file = (fs::path(plan.path) / detail::kModelStatesFile).string();
+  const std::string deepspeed_file = (fs::path(plan.path) / detail::kDeepSpeedFile).string();
+  const std::string precision = precision_name(precision_->mode());
+  const int64_t gas = sizes_.gradient_accumulation_steps;
   if (!fs::exists(states_file) && fs::exists(deepspeed_file)) {
     const c10::IValue ds = detail::read_foreign_pickle(deepspeed_file);
     STEPWISE_CHECK(ds.isGenericDict(), CheckpointError, "checkpoint file ", deepspeed_file,
                    " does not hold a dict: write it with tools/deepspeed-to-stepwise");
-    const Dict states =
-        from_deepspeed(ds.toGenericDict(), deepspeed_file, sizes_.gradient_accumulation_steps,
-                       precision_name(precision_->mode()));
-    load_states(states, nullptr, options, path);
-    if (ctx) ctx->barrier("checkpoint load");
-    return LoadedCheckpoint{path, {}};
+    plan.states = detail::reading(deepspeed_file, [&] {
+      return detail::from_deepspeed(ds.toGenericDict(), deepspeed_file, gas, precision);
+    });
+    plan.states_file = deepspeed_file;
+  } else {
+    if (!fs::exists(states_file)) {
+      std::string present;
+      for (const auto& t : checkpoint_tags(dir)) present += " " + t;
+      throw CheckpointError(c10::str(
+          "no checkpoint \"", tag, "\" in ", dir, ": ",
+          present.empty() ? std::string("it holds none") : "the tags present are:" + present));
+    }
+    const c10::IValue states = detail::read_pickle(states_file);
+    STEPWISE_CHECK(states.isGenericDict(), CheckpointError, "checkpoint file ", states_file,
+                   " does not hold a dict: it was not written by stepwise's save_checkpoint");
+    plan.states = states.toGenericDict();
+    plan.states_file = states_file;
   }
-  if (!fs::exists(states_file)) {
-    std::string present;
-    for (const auto& t : checkpoint_tags(dir)) present += " " + t;
-    throw CheckpointError(c10::str(
-        "no checkpoint \"", tag, "\" in ", dir, ": ",
-        present.empty() ? std::string("it holds none") : "the tags present are:" + present));
-  }
-  const c10::IValue states = detail::read_pickle(states_file);
-  STEPWISE_CHECK(states.isGenericDict(), CheckpointError, "checkpoint file ", states_file,
-                 " does not hold a dict: it was not written by stepwise's save_checkpoint");
-  std::optional<c10::IValue> window;
-  const std::string window_path =
-      (fs::path(path) / detail::window_file(distributed::rank())).string();
-  if (!options.load_module_only() && fs::exists(window_path)) {
-    window = detail::read_pickle(window_path);
-  }
-  const Dict window_dict =
-      window ? window->toGenericDict() : Dict(c10::StringType::get(), c10::AnyType::get());
-  load_states(states.toGenericDict(), window ? &window_dict : nullptr, options, path);
-  if (ctx) ctx->barrier("checkpoint load");
-  LoadedCheckpoint out{path, {}};
-  for (const auto& e : entry(states.toGenericDict(), "client_state", states_file).toGenericDict()) {
-    out.client_state.emplace(e.key().toStringRef(), e.value());
-  }
-  return out;
+  // Everything below reads entries through reading(): a value of another type (a file
+  // from another version) is a CheckpointError naming the file too.
+  detail::reading(plan.states_file, [&] { check_load(options, plan); });
 }
 
-void Engine::load_states(const Dict& states, const Dict* window, const LoadOptions& options,
-                         const std::string& path) {
-  const bool converted = states.contains(c10::IValue(std::string("deepspeed_optimizer")));
-  const std::string states_file =
-      (fs::path(path) / (converted ? detail::kDeepSpeedFile : detail::kModelStatesFile)).string();
-  // 1. Check everything, change nothing.
-  const Dict module = entry(states, "module", states_file).toGenericDict();
+void Engine::check_load(const LoadOptions& options, detail::LoadPlan& plan) const {
+  const Dict& states = plan.states;
+  const std::string& file = plan.states_file;
+  for (const auto& e : entry(states, "client_state", file).toGenericDict()) {
+    plan.client_state.emplace(e.key().toStringRef(), e.value());
+  }
+  // The weights: every name, shape and dtype.
   std::map<std::string, torch::Tensor> saved;
-  for (const auto& e : module) saved.emplace(e.key().toStringRef(), e.value().toTensor());
+  for (const auto& e : entry(states, "module", file).toGenericDict()) {
+    saved.emplace(e.key().toStringRef(), e.value().toTensor());
+  }
   std::map<std::string, torch::Tensor> targets;
   for (const auto& item : model_->named_parameters()) targets.emplace(item.key(), item.value());
   for (const auto& item : model_->named_buffers()) targets.emplace(item.key(), item.value());
+  const auto check_fits = [&](const std::string& name, const torch::Tensor& value,
+                              const torch::Tensor& target, const char* what) {
+    STEPWISE_CHECK(value.sizes() == target.sizes(), CheckpointError, what, " \"", name,
+                   "\" has shape ", shape_of(value), " in ", file, " but ", shape_of(target),
+                   " in this model");
+    STEPWISE_CHECK(value.is_floating_point() == target.is_floating_point() &&
+                       (target.is_floating_point() || value.dtype() == target.dtype()),
+                   CheckpointError, what, " \"", name, "\" is ", value.dtype(), " in ", file,
+                   " but ", target.dtype(), " in this model");
+  };
   for (const auto& [name, target] : targets) {
     const auto it = saved.find(name);
     STEPWISE_CHECK(it != saved.end() || !options.load_module_strict(), CheckpointError,
-                   "parameter or buffer \"", name, "\" of this model is not in ", states_file,
+                   "parameter or buffer \"", name, "\" of this model is not in ", file,
                    ": load the checkpoint of the same model, or pass "
                    "LoadOptions().load_module_strict(false) to keep its current value");
-    if (it == saved.end()) continue;
-    STEPWISE_CHECK(it->second.sizes() == target.sizes(), CheckpointError, "parameter \"", name,
-                   "\" has shape ", shape_of(it->second), " in ", states_file, " but ",
-                   shape_of(target), " in this model");
-    STEPWISE_CHECK(it->second.is_floating_point() == target.is_floating_point() &&
-                       (target.is_floating_point() || it->second.dtype() == target.dtype()),
-                   CheckpointError, "parameter \"", name, "\" is ", it->second.dtype(), " in ",
-                   states_file, " but ", target.dtype(), " in this model");
+    if (it != saved.end()) check_fits(name, it->second, target, "parameter");
   }
   if (options.load_module_strict()) {
     for (const auto& [name, tensor] : saved) {
-      STEPWISE_CHECK(targets.count(name) != 0, CheckpointError, "\"", name, "\" in ", states_file,
+      STEPWISE_CHECK(targets.count(name) != 0, CheckpointError, "\"", name, "\" in ", file,
                      " is not a parameter or buffer of this model: load the checkpoint of the "
                      "same model, or pass LoadOptions().load_module_strict(false) to ignore it");
     }
   }
-  const auto names = detail::trainable_names(*model_);
-  std::vector<torch::Tensor> saved_masters;
+  // The fp32 master weights, by name: each trainable parameter loaded needs its own.
+  std::map<std::string, torch::Tensor> saved_masters;
   const auto masters_it = states.find(c10::IValue(std::string("fp32_masters")));
   if (masters_it != states.end()) {
-    for (const auto& m : masters_it->value().toTensorList()) saved_masters.push_back(m);
-    STEPWISE_CHECK(saved_masters.size() == names.size(), CheckpointError, states_file, " holds ",
-                   saved_masters.size(), " fp32 master weights; this model has ", names.size(),
-                   " trainable parameters");
+    for (const auto& e : masters_it->value().toGenericDict()) {
+      saved_masters.emplace(e.key().toStringRef(), e.value().toTensor());
+    }
   }
-  const int64_t saved_world = entry(states, "dp_world_size", states_file).toInt();
-  const int64_t saved_gas = entry(states, "gradient_accumulation_steps", states_file).toInt();
-  const std::string saved_precision = entry(states, "precision", states_file).toStringRef();
-  const std::string precision = precision_name(precision_->mode());
-  bool mid_window = false;
-  if (window != nullptr) {
-    const std::string window_file =
-        (fs::path(path) / detail::window_file(distributed::rank())).string();
-    const int64_t pending = entry(*window, "window_backwards", window_file).toInt();
-    mid_window = options.load_window() &&
-                 (pending > 0 || entry(*window, "awaiting_step", window_file).toBool());
-    const auto reason = saved_world != sizes_.world_size
-                            ? c10::str("world size ", saved_world, " (now ", sizes_.world_size, ")")
-                        : saved_gas != sizes_.gradient_accumulation_steps
-                            ? c10::str("gradient_accumulation_steps ", saved_gas, " (now ",
-                                       sizes_.gradient_accumulation_steps, ")")
-                        : saved_precision != precision
-                            ? c10::str("precision ", saved_precision, " (now ", precision, ")")
-                            : std::string();
-    STEPWISE_CHECK(!mid_window || reason.empty(), CheckpointError, "checkpoint ", path,
-                   " was saved inside an accumulation window (", pending,
-                   pending == 1 ? " micro-batch" : " micro-batches", " pending) with ", reason,
-                   ": its pending gradients belong to that setup. Resume it with the same GAS, "
-                   "world size and precision, or save at a boundary (a different world size "
-                   "is allowed there)");
-  }
-  const bool full = !options.load_module_only();
-  torch::serialize::InputArchive optimizer_archive;
-  bool load_optimizer_now = false;
-  const auto ds_optimizer = states.find(c10::IValue(std::string("deepspeed_optimizer")));
-  const bool deepspeed = ds_optimizer != states.end();
-  if (deepspeed && full && options.load_optimizer_states() && !ds_optimizer->value().isNone()) {
-    const std::string mismatch = deepspeed_optimizer_mismatch(*optimizer_, ds_optimizer->value());
-    STEPWISE_CHECK(
-        mismatch.empty(), CheckpointError, "the DeepSpeed optimizer state in ", path,
-        " does not fit this engine's optimizer: ", mismatch,
-        ". Build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
-  }
-  if (!deepspeed && full && options.load_optimizer_states()) {
-    const std::string saved_type = entry(states, "optimizer_type", states_file).toStringRef();
-    STEPWISE_CHECK(
-        saved_type == optimizer_type(*optimizer_), CheckpointError, states_file,
-        " holds the state of a ", saved_type, "; this engine's optimizer is a ",
-        optimizer_type(*optimizer_),
-        ": build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
-    const std::string file = (fs::path(path) / detail::kOptimizerFile).string();
-    detail::read_archive(file, optimizer_archive);
-    const std::string mismatch = optimizer_mismatch(*optimizer_, optimizer_archive);
-    STEPWISE_CHECK(
-        mismatch.empty(), CheckpointError, "the optimizer state in ", file,
-        " does not fit this engine's optimizer: ", mismatch,
-        ". Build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
-    load_optimizer_now = true;
-  }
-
-  // 2. Nothing below can fail on the checkpoint's content (its checksums held).
-  if (load_optimizer_now) load_optimizer(*optimizer_, optimizer_archive);
-  if (deepspeed && full && options.load_optimizer_states() && !ds_optimizer->value().isNone()) {
-    apply_deepspeed_optimizer(*optimizer_, ds_optimizer->value());
-  }
-  torch::NoGradGuard no_grad;
-  auto& model_params = precision_->model_params();
-  const auto& masters = precision_->optimizer_params();
+  const auto names = detail::trainable_names(*model_);
   std::map<std::string, size_t> trainable_index;
   for (size_t i = 0; i < names.size(); ++i) trainable_index.emplace(names[i], i);
+  auto& model_params = const_cast<Precision&>(*precision_).model_params();
+  const auto& masters = precision_->optimizer_params();
   for (const auto& [name, target] : targets) {
     const auto it = saved.find(name);
     if (it == saved.end()) continue;
     const auto t = trainable_index.find(name);
     if (t == trainable_index.end()) {
-      target.copy_(it->second);
+      plan.copies.emplace_back(target, it->second);
       continue;
     }
     const size_t i = t->second;
-    const torch::Tensor& precise = saved_masters.empty() ? it->second : saved_masters[i];
+    torch::Tensor precise = it->second;
+    if (masters_it != states.end()) {
+      const auto m = saved_masters.find(name);
+      STEPWISE_CHECK(m != saved_masters.end(), CheckpointError, file,
+                     " has no fp32 master weight for parameter \"", name,
+                     "\": it was not written by stepwise's save_checkpoint for this model");
+      check_fits(name, m->second, target, "the fp32 master weight of parameter");
+      precise = m->second;
+    }
     if (masters[i].is_same(model_params[i])) {
-      model_params[i].copy_(precise);
+      plan.copies.emplace_back(model_params[i], precise);
     } else {
-      const_cast<torch::Tensor&>(masters[i]).copy_(precise);
-      model_params[i].copy_(it->second);
+      plan.copies.emplace_back(masters[i], precise);
+      plan.copies.emplace_back(model_params[i], it->second);
     }
   }
-  if (full) {
-    const auto& sched = entry(states, "lr_scheduler", states_file);
-    if (options.load_lr_scheduler_states() && scheduler_ && !sched.isNone()) {
-      const auto s = sched.toGenericDict();
-      const int64_t count = s.at(c10::IValue(std::string("step_count"))).toInt();
-      scheduler_steps_taken_ = s.at(c10::IValue(std::string("steps_taken"))).toInt();
-      set_scheduler_step_count(*scheduler_, count);
-      scheduler_steps_at_start_ = count - scheduler_steps_taken_;
-    } else if (scheduler_) {
+  if (!plan.full) return;
+
+  // The window in progress: the same on every rank (rank 0's counts are in the shared
+  // file), so every rank decides alike.
+  const int64_t saved_world = entry(states, "dp_world_size", file).toInt();
+  plan.saved_gas = entry(states, "gradient_accumulation_steps", file).toInt();
+  const std::string saved_precision = entry(states, "precision", file).toStringRef();
+  const std::string precision = precision_name(precision_->mode());
+  const int64_t pending = entry(states, "window_micro_batches", file).toInt();
+  const bool mid_window = pending > 0 || entry(states, "window_awaiting_step", file).toBool();
+  plan.continue_window = mid_window && options.load_window();
+  if (plan.continue_window) {
+    const auto reason = saved_world != sizes_.world_size
+                            ? c10::str("world size ", saved_world, " (now ", sizes_.world_size, ")")
+                        : plan.saved_gas != sizes_.gradient_accumulation_steps
+                            ? c10::str("gradient_accumulation_steps ", plan.saved_gas, " (now ",
+                                       sizes_.gradient_accumulation_steps, ")")
+                        : saved_precision != precision
+                            ? c10::str("precision ", saved_precision, " (now ", precision, ")")
+                            : std::string();
+    STEPWISE_CHECK(reason.empty(), CheckpointError, "checkpoint ", plan.path,
+                   " was saved inside an accumulation window (", pending,
+                   pending == 1 ? " micro-batch" : " micro-batches", " pending) with ", reason,
+                   ": its pending gradients belong to that setup. Resume it with the same GAS, "
+                   "world size and precision, or save at a boundary (a different world size "
+                   "is allowed there), or pass LoadOptions().load_window(false) to drop them");
+  }
+  // This rank's window file: its pending gradients (continue_window) and its loss of the
+  // last window. A rank the saving run did not have (a larger W, at a boundary) has none.
+  const std::string window_path =
+      (fs::path(plan.path) / detail::window_file(distributed::rank())).string();
+  const bool converted = states.contains(c10::IValue(std::string("deepspeed_optimizer")));
+  if (!converted && (plan.continue_window || fs::exists(window_path))) {
+    const c10::IValue window = detail::read_pickle(window_path);
+    STEPWISE_CHECK(window.isGenericDict(), CheckpointError, "checkpoint file ", window_path,
+                   " does not hold a dict: it was not written by stepwise's save_checkpoint");
+    plan.window = window.toGenericDict();
+    detail::reading(window_path, [&] {
+      const Dict& w = *plan.window;
+      const int64_t micro = entry(w, "micro_steps", window_path).toInt();
+      const int64_t saved_micro = entry(states, "micro_steps", file).toInt();
+      STEPWISE_CHECK(micro == saved_micro, CheckpointError, "checkpoint file ", window_path,
+                     " was saved at micro-step ", micro, ", ", file, " at ", saved_micro,
+                     ": the folder mixes two saves");
+      for (const auto& l : entry(w, "last_window_losses", window_path).toTensorList()) {
+        plan.last_window_losses.push_back(l);
+      }
+      plan.last_window_factor = entry(w, "last_window_factor", window_path).toDouble();
+      if (!plan.continue_window) return;
+      plan.counters.window_backwards = entry(w, "window_backwards", window_path).toInt();
+      plan.counters.window_scaled = entry(w, "window_scaled", window_path).toInt();
+      for (const auto& l : entry(w, "window_losses", window_path).toTensorList()) {
+        plan.window_losses.push_back(l);
+      }
+      plan.window_grads.assign(names.size(), torch::Tensor());
+      for (const auto& e : entry(w, "grads", window_path).toGenericDict()) {
+        const std::string& name = e.key().toStringRef();
+        const auto t = trainable_index.find(name);
+        STEPWISE_CHECK(t != trainable_index.end(), CheckpointError, "checkpoint file ", window_path,
+                       " holds a gradient of \"", name,
+                       "\", which is not a trainable parameter of this model");
+        const auto& param = model_params[t->second];
+        check_fits(name, e.value().toTensor(), param, "the pending gradient of parameter");
+        plan.window_grads[t->second] = e.value().toTensor().to(param.options()).clone();
+      }
+    });
+  }
+
+  read_states(options, plan);
+
+  // The optimizer: the same type and parameter groups.
+  const auto ds_optimizer = states.find(c10::IValue(std::string("deepspeed_optimizer")));
+  if (!options.load_optimizer_states()) return;
+  if (ds_optimizer != states.end()) {
+    if (ds_optimizer->value().isNone()) return;
+    const std::string mismatch =
+        detail::deepspeed_optimizer_mismatch(*optimizer_, ds_optimizer->value());
+    STEPWISE_CHECK(
+        mismatch.empty(), CheckpointError, "the DeepSpeed optimizer state in ", plan.path,
+        " does not fit this engine's optimizer: ", mismatch,
+        ". Build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
+    plan.deepspeed_optimizer = ds_optimizer->value();
+    return;
+  }
+  const std::string saved_type = entry(states, "optimizer_type", file).toStringRef();
+  const std::string type = detail::optimizer_type(*optimizer_);
+  STEPWISE_CHECK(saved_type == type, CheckpointError, file, " holds the state of a ", saved_type,
+                 "; this engine's optimizer is a ", type,
+                 ": build the same optimizer, or pass "
+                 "LoadOptions().load_optimizer_states(false)");
+  const std::string optimizer_file = (fs::path(plan.path) / detail::kOptimizerFile).string();
+  detail::read_archive(optimizer_file, plan.optimizer_archive);
+  const std::string mismatch =
+      optimizer_mismatch(*optimizer_, plan.optimizer_archive, optimizer_file);
+  STEPWISE_CHECK(mismatch.empty(), CheckpointError, "the optimizer state in ", optimizer_file,
+                 " does not fit this engine's optimizer: ", mismatch,
+                 ". Build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
+  plan.load_optimizer = true;
+}
+
+void Engine::read_states(const LoadOptions& options, detail::LoadPlan& plan) const {
+  const Dict& states = plan.states;
+  const std::string& file = plan.states_file;
+  const auto& sched = entry(states, "lr_scheduler", file);
+  if (scheduler_ && !sched.isNone() && options.load_lr_scheduler_states()) {
+    const auto s = sched.toGenericDict();
+    plan.scheduler_steps.emplace(entry(s, "step_count", file).toInt(),
+                                 entry(s, "steps_taken", file).toInt());
+    const auto lrs = s.find(c10::IValue(std::string("lrs")));  // none from DeepSpeed
+    if (lrs != s.end()) plan.scheduler_lrs = lrs->value().toDoubleVector();
+  }
+  const auto& scaler = entry(states, "loss_scaler", file);
+  if (precision_->scaler() != nullptr && !scaler.isNone()) {
+    const auto s = scaler.toGenericDict();
+    plan.scaler =
+        LossScalerState{entry(s, "scale", file).toDouble(), entry(s, "iteration", file).toInt(),
+                        entry(s, "last_overflow_iteration", file).toInt(),
+                        entry(s, "hysteresis_left", file).toInt()};
+  }
+  AccumulatorState& acc = plan.counters;
+  acc.micro_steps = entry(states, "micro_steps", file).toInt();
+  acc.global_steps = entry(states, "global_steps", file).toInt();
+  acc.skipped_steps = entry(states, "skipped_steps", file).toInt();
+  acc.global_samples = entry(states, "global_samples", file).toInt();
+  const int64_t manual = entry(states, "manual_boundary", file).toInt();
+  if (manual >= 0) acc.manual_boundary = manual == 1;
+  if (plan.continue_window) {
+    acc.awaiting_step = entry(states, "window_awaiting_step", file).toBool();
+  } else {
+    // The window in progress, if any, is dropped: back to its start (the last boundary, a
+    // multiple of the saving run's GAS), then on to the next whole window of this run's
+    // GAS, as flush() does.
+    const int64_t gas = sizes_.gradient_accumulation_steps;
+    acc.micro_steps -= acc.micro_steps % plan.saved_gas;
+    acc.micro_steps = (acc.micro_steps + gas - 1) / gas * gas;
+  }
+  plan.was_step_applied = entry(states, "was_step_applied", file).toBool();
+  plan.global_grad_norm = entry(states, "global_grad_norm", file).toDouble();
+}
+
+void Engine::apply_load(detail::LoadPlan& plan) {
+  if (plan.load_optimizer) load_optimizer(*optimizer_, plan.optimizer_archive);
+  if (!plan.deepspeed_optimizer.isNone()) {
+    detail::apply_deepspeed_optimizer(*optimizer_, plan.deepspeed_optimizer);
+  }
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [target, value] : plan.copies) target.copy_(value);
+  }
+  if (plan.full) {
+    if (scheduler_ && plan.scheduler_steps) {
+      const auto [count, taken] = *plan.scheduler_steps;
+      if (auto* schedule = dynamic_cast<Schedule*>(scheduler_.get())) {
+        schedule->jump_to(count);  // the lrs (and OneCycle's beta1) from the schedule itself
+      } else {
+        // A client scheduler's state is its count and the optimizer's lrs, which a load
+        // without the optimizer's state would not restore.
+        set_scheduler_step_count(*scheduler_, count);
+        auto& groups = optimizer_->param_groups();
+        for (size_t i = 0; i < groups.size() && i < plan.scheduler_lrs.size(); ++i) {
+          groups[i].options().set_lr(plan.scheduler_lrs[i]);
+        }
+      }
+      scheduler_steps_taken_ = taken;
+    }
+    if (scheduler_) {
       scheduler_steps_at_start_ = scheduler_step_count(*scheduler_) - scheduler_steps_taken_;
     }
-    const auto& scaler_state = entry(states, "loss_scaler", states_file);
-    if (LossScaler* scaler = precision_->scaler(); scaler && !scaler_state.isNone()) {
-      const auto s = scaler_state.toGenericDict();
-      auto get = [&](const char* key) { return s.at(c10::IValue(std::string(key))); };
-      scaler->restore({get("scale").toDouble(), get("iteration").toInt(),
-                       get("last_overflow_iteration").toInt(), get("hysteresis_left").toInt()});
+    if (plan.scaler) precision_->scaler()->restore(*plan.scaler);
+    auto& model_params = precision_->model_params();
+    for (size_t i = 0; i < model_params.size(); ++i) {
+      model_params[i].mutable_grad() =
+          plan.continue_window ? plan.window_grads[i] : torch::Tensor();
     }
-    AccumulatorState acc;
-    acc.micro_steps = entry(states, "micro_steps", states_file).toInt();
-    acc.global_steps = entry(states, "global_steps", states_file).toInt();
-    acc.skipped_steps = entry(states, "skipped_steps", states_file).toInt();
-    acc.global_samples = entry(states, "global_samples", states_file).toInt();
-    const int64_t gas = sizes_.gradient_accumulation_steps;
-    for (auto& p : model_params) p.mutable_grad() = torch::Tensor();
-    window_losses_.clear();
-    if (mid_window) {
-      const auto get = [&](const char* key) { return window->at(c10::IValue(std::string(key))); };
-      acc.window_backwards = get("window_backwards").toInt();
-      acc.window_scaled = get("window_scaled").toInt();
-      acc.awaiting_step = get("awaiting_step").toBool();
-      const int64_t manual = get("manual_boundary").toInt();
-      if (manual >= 0) acc.manual_boundary = manual == 1;
-      for (const auto& e : get("grads").toGenericDict()) {
-        const size_t i = trainable_index.at(e.key().toStringRef());
-        model_params[i].mutable_grad() = e.value().toTensor().to(model_params[i].options()).clone();
-      }
-      for (const auto& l : get("window_losses").toTensorList()) window_losses_.push_back(l);
-    } else if (saved_gas != gas) {
-      acc.micro_steps = (acc.micro_steps + gas - 1) / gas * gas;  // the next window is whole
-    } else {
-      acc.micro_steps -= acc.micro_steps % gas;  // a dropped window starts again
-    }
-    accumulator_.restore(acc);
-    was_step_applied_ = entry(states, "was_step_applied", states_file).toBool();
-    global_grad_norm_ = entry(states, "global_grad_norm", states_file).toDouble();
-    last_window_losses_.clear();
-    for (const auto& l : entry(states, "last_window_losses", states_file).toTensorList()) {
-      last_window_losses_.push_back(l);
-    }
-    last_window_factor_ = entry(states, "last_window_factor", states_file).toDouble();
+    window_losses_ = plan.window_losses;
+    accumulator_.restore(plan.counters);
+    was_step_applied_ = plan.was_step_applied;
+    global_grad_norm_ = plan.global_grad_norm;
+    last_window_losses_ = plan.last_window_losses;
+    last_window_factor_ = plan.last_window_factor;
   }
   // The load changed weights and gradients on purpose: the guard rails start afresh.
   leftover_checks_ = std::make_unique<detail::LeftoverChecks>(
-      config_.stepwise, names, precision_->model_params(), precision_->optimizer_params());
+      config_.stepwise, detail::trainable_names(*model_), precision_->model_params(),
+      precision_->optimizer_params());
 }
 
 }  // namespace stepwise

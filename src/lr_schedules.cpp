@@ -297,6 +297,14 @@ std::vector<double> Schedule::get_lrs() {
   return checked(lr_at(lbi), name(), lbi);
 }
 
+void Schedule::jump_to(int64_t steps) {
+  const auto lrs = checked(lr_at(steps), name(), steps);
+  auto& groups = optimizer_.param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) groups[i].options().set_lr(lrs[i]);
+  set_momentum(steps);
+  set_scheduler_step_count(*this, steps);
+}
+
 void Schedule::set_momentum(int64_t lbi) {
   if (!cycle_momentum_) return;
   const double momentum = one_cycle_momentum(std::get<OneCycleOptions>(options_), lbi);

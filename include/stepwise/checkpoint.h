@@ -10,12 +10,13 @@
 //   int64_t epoch = loaded.client_state.at("epoch").toInt();
 //
 // NOTE: [checkpoint layout] A checkpoint is a folder `<dir>/<tag>/` holding
-// `mp_rank_00_model_states.pt` (written by rank 0: the weights, fp32 masters, scheduler
-// position, loss scaler, counters, config and client state), `optimizer_states.pt` (rank
-// 0: the optimizer, a LibTorch archive streamed to disk) and one `window_rank_<r>.pt` per
-// rank (that rank's gradients of the window in progress, not yet reduced, and its
-// counters). The .pt files other than the optimizer's are pickled dicts of tensors and
-// scalars that Python's torch.load reads; each file has a `.sum` sidecar (size, hash).
+// `mp_rank_00_model_states.pt` (written by rank 0: the weights, fp32 masters by name,
+// scheduler position, loss scaler, counters, the window's size, config and client state),
+// `optimizer_states.pt` (rank 0: the optimizer, a LibTorch archive streamed to disk) and
+// one `window_rank_<r>.pt` per rank (that rank's gradients of the window in progress, not
+// yet reduced, its window losses and its loss of the last window). The .pt files other than the
+// optimizer's are pickled dicts of tensors and scalars that Python's torch.load reads; each file
+// has a `.sum` sidecar (size, hash).
 // `<dir>/latest` names the newest tag. A save writes the folder under a temporary name and renames
 // it into place, then replaces `latest` by rename, so a save killed at any point leaves the
 // previous checkpoint and `latest` loadable.

@@ -44,6 +44,7 @@ namespace stepwise {
 
 namespace detail {
 class LeftoverChecks;
+struct LoadPlan;
 }  // namespace detail
 
 /// Per-call options of Engine::backward.
@@ -123,14 +124,16 @@ class Engine {
   /// Saves a checkpoint in `dir`, wherever the loop is: at a boundary or inside a window
   /// (its gradients are saved too, per rank), so that load_checkpoint continues the run
   /// bit for bit. Collective with W > 1: every rank calls it. Returns `<dir>/<tag>`.
-  /// Throws CheckpointError when a file cannot be written (the previous checkpoint and
-  /// `latest` stay loadable). See docs/checkpoints.md and NOTE: [checkpoint layout].
+  /// Throws CheckpointError when a file cannot be written, on every rank (see NOTE:
+  /// [checkpoint phases]); the previous checkpoint and `latest` stay loadable. See
+  /// docs/checkpoints.md and NOTE: [checkpoint layout].
   std::string save_checkpoint(const std::string& dir, const SaveOptions& options = {});
   /// Loads a checkpoint into this engine, which must be built as the saved one was (same
   /// model and optimizer type; the config may differ at a boundary). Checks every name,
   /// shape and dtype, and for a window in progress the GAS, world size and precision,
   /// before changing anything: on CheckpointError the engine is as it was. Collective
-  /// with W > 1 (all ranks load the same tag).
+  /// with W > 1 (all ranks load the same tag; an error on one rank throws on all, and
+  /// no rank's engine changes).
   LoadedCheckpoint load_checkpoint(const std::string& dir, const LoadOptions& options = {});
 
   /// Whether the NEXT step() call is at the accumulation boundary.
@@ -190,8 +193,12 @@ class Engine {
   void check_before_step(bool boundary);
   c10::IValue model_states(const ClientState& client_state) const;
   c10::IValue window_state() const;
-  void load_states(const c10::impl::GenericDict& states, const c10::impl::GenericDict* window,
-                   const LoadOptions& options, const std::string& path);
+  // A load, in the phases of NOTE: [checkpoint phases]: read and check, then apply.
+  void plan_load(const std::string& dir, const std::string& tag, const LoadOptions& options,
+                 detail::LoadPlan& plan) const;
+  void check_load(const LoadOptions& options, detail::LoadPlan& plan) const;
+  void read_states(const LoadOptions& options, detail::LoadPlan& plan) const;
+  void apply_load(detail::LoadPlan& plan);
   void check_scheduler_not_stepped_elsewhere() const;
   void print_progress() const;
 

@@ -142,6 +142,9 @@ class Schedule : public torch::optim::LRScheduler {
   bool cycles_momentum() const { return cycle_momentum_; }
   /// How many times step() was called since construction.
   int64_t step_count() const { return step_count_; }
+  /// Puts the schedule where `steps` step() calls would have: the step count, every
+  /// group's lr (lr_at(steps)) and, for OneCycle, beta1 (a checkpoint's position).
+  void jump_to(int64_t steps);
 
  protected:
   /// LRScheduler hook: the lrs after this step (see NOTE: [step mapping]).

@@ -1,6 +1,7 @@
 // Checkpoints: exact resume from every micro-step of a window, in every precision, with
 // and without a scheduler, GAS 1 and 4; the errors; what a load may and may not change.
 #include <stepwise/engine.h>
+#include <stepwise/fused_adamw.h>
 
 #include <gtest/gtest.h>
 
@@ -33,6 +34,8 @@ struct RunSetup {
   bool scheduler;
   int64_t gas;
   std::string optimizer = "AdamW";
+  std::string optimizer_params = "";  // more "optimizer.params" keys, with a leading comma
+  std::string fp16 = R"("initial_scale_power": 12, "loss_scale_window": 2)";
 };
 
 std::string config_json(const RunSetup& s) {
@@ -41,13 +44,13 @@ std::string config_json(const RunSetup& s) {
                R"(, "gradient_clipping": 0.5, "steps_per_print": 1000000,
           "optimizer": {"type": ")",
                s.optimizer, R"(", "params": {"lr": 0.05)",
-               s.optimizer == "SGD" ? R"(, "momentum": 0.9)" : "", "}}");
+               s.optimizer == "SGD" ? R"(, "momentum": 0.9)" : "", s.optimizer_params, "}}");
   if (s.scheduler) {
     json += R"(, "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": 0.05,
         "warmup_num_steps": 3, "total_num_steps": 20, "warmup_type": "linear"}})";
   }
   if (s.precision == "fp16") {
-    json += R"(, "fp16": {"enabled": true, "initial_scale_power": 12, "loss_scale_window": 2})";
+    json += R"(, "fp16": {"enabled": true, )" + s.fp16 + "}";
   }
   if (s.precision == "bf16") json += R"(, "bf16": {"enabled": true})";
   return json + "}";
@@ -230,6 +233,25 @@ TEST(Checkpoint, TruncatedOrCorruptedFilesAreNamed) {
             std::string::npos);
   EXPECT_TRUE(torch::equal(fresh.model->w, w)) << "a failed load changes nothing";
   EXPECT_EQ(fresh.engine.micro_steps(), 0);
+  // The top bit of two 8-byte words one hash block (32 bytes) apart: a hash that only
+  // multiplies would see both flips cancel. The checksum catches them.
+  const std::string twice =
+      (fs::path(r.engine.save_checkpoint(dir.path(), SaveOptions().tag("twice"))) /
+       "mp_rank_00_model_states.pt")
+          .string();
+  const auto at = static_cast<std::streamoff>(fs::file_size(twice) / 2 / 32 * 32 + 7);
+  for (std::streamoff offset : {at, at + 32}) {
+    std::fstream f(twice, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(offset);
+    char c;
+    f.get(c);
+    f.seekp(offset);
+    f.put(static_cast<char>(c ^ '\x80'));
+  }
+  EXPECT_NE(testing::error_of<CheckpointError>([&] {
+              fresh.engine.load_checkpoint(dir.path(), LoadOptions().tag("twice"));
+            }).find("its checksum differs from the one written with it"),
+            std::string::npos);
 }
 
 struct OtherModelImpl : torch::nn::Module {
@@ -283,7 +305,8 @@ TEST(Checkpoint, MidWindowNeedsTheSameSetupABoundaryDoesNot) {
                      " was saved inside an accumulation window (2 micro-batches pending) with "
                      "gradient_accumulation_steps 4 (now 2): its pending gradients belong to "
                      "that setup. Resume it with the same GAS, world size and precision, or "
-                     "save at a boundary (a different world size is allowed there)"));
+                     "save at a boundary (a different world size is allowed there), or pass "
+                     "LoadOptions().load_window(false) to drop them"));
   Trainer bf16(RunSetup{"bf16", false, 4});
   EXPECT_NE(testing::error_of<CheckpointError>([&] {
               bf16.engine.load_checkpoint(dir.path(), LoadOptions().tag("mid"));
@@ -316,6 +339,93 @@ TEST(Checkpoint, ModuleOnlyAndOptimizerOfAnotherType) {
   EXPECT_FALSE(other.model->w.grad().defined());
 }
 
+TEST(Checkpoint, FusedAndTorchAdamResumeExactlyThroughFp16Overflows) {
+  // A loss scale of 2^24 overflows fp16 at first: skipped steps, the scale halving after
+  // its hysteresis. The scaler's state (scale, iteration, last overflow, hysteresis left)
+  // is what makes the resumed run skip the same steps.
+  testing::ScratchDir dir("stepwise-ckpt-overflow");
+  const int64_t total = 16;
+  for (const std::string torch_adam : {"false", "true"}) {
+    RunSetup s{"fp16", true, 2, "Adam"};
+    s.optimizer_params = c10::str(R"(, "torch_adam": )", torch_adam);
+    s.fp16 = R"("initial_scale_power": 24, "hysteresis": 2, "loss_scale_window": 3)";
+    Trainer whole(s);
+    EXPECT_EQ(dynamic_cast<FusedAdamW*>(&whole.engine.optimizer()) != nullptr,
+              torch_adam == "false");
+    for (int64_t t = 0; t < total; ++t) whole.micro_step(t);
+    ASSERT_GE(whole.engine.skipped_steps(), 2) << "the test needs overflows";
+    for (int64_t k = 1; k < total; ++k) {
+      Trainer first(s);
+      for (int64_t t = 0; t < k; ++t) first.micro_step(t);
+      first.engine.save_checkpoint(dir.path());
+      Trainer resumed(s);
+      resumed.engine.load_checkpoint(dir.path());
+      EXPECT_EQ(resumed.engine.loss_scale(), first.engine.loss_scale());
+      for (int64_t t = k; t < total; ++t) resumed.micro_step(t);
+      expect_same(whole, resumed, c10::str("torch_adam ", torch_adam, " saved after ", k, ": "));
+    }
+  }
+}
+
+TEST(Checkpoint, TheSchedulersLrLoadsWithoutTheOptimizersState) {
+  testing::ScratchDir dir("stepwise-ckpt-lr");
+  Trainer r(RunSetup{"fp32", true, 2});
+  for (int64_t t = 0; t < 8; ++t) r.micro_step(t);
+  r.engine.save_checkpoint(dir.path());
+  Trainer fresh(RunSetup{"fp32", true, 2});
+  ASSERT_NE(fresh.engine.get_lr(), r.engine.get_lr());
+  fresh.engine.load_checkpoint(dir.path(), LoadOptions().load_optimizer_states(false));
+  EXPECT_EQ(fresh.engine.get_lr(), r.engine.get_lr()) << "the schedule's lr at its position";
+  // A client scheduler (StepLR): its lr is the saved one.
+  auto build = [](ScaleModel& model) {
+    auto optimizer =
+        std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+    auto scheduler = std::make_unique<torch::optim::StepLR>(*optimizer, 1, 0.5);
+    return initialize(model, Config::from_string(R"({"train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 1, "steps_per_print": 1000000})"),
+                      std::move(optimizer), std::move(scheduler));
+  };
+  ScaleModel m1, m2;
+  auto stepped = build(m1);
+  for (int t = 0; t < 3; ++t) {
+    stepped.backward(m1->forward(torch::ones({2, 4})).pow(2).mean());
+    stepped.step();
+  }
+  stepped.save_checkpoint(dir.path(), SaveOptions().tag("steplr"));
+  auto loaded = build(m2);
+  loaded.load_checkpoint(dir.path(), LoadOptions().tag("steplr").load_optimizer_states(false));
+  EXPECT_EQ(loaded.get_lr(), stepped.get_lr());
+  EXPECT_DOUBLE_EQ(loaded.get_lr()[0], 0.1 / 4) << "LibTorch's StepLR halves from its 2nd step";
+}
+
+TEST(Checkpoint, ADroppedWindowAndAManualBoundaryLoadAsDocumented) {
+  testing::ScratchDir dir("stepwise-ckpt-drop");
+  Trainer r(RunSetup{"fp32", false, 4});
+  for (int64_t t = 0; t < 6; ++t) r.micro_step(t);  // boundary at 4, then 3 of the next window
+  r.engine.backward(r.model->forward(torch::ones({2, 4})).pow(2).mean());
+  r.engine.step();  // micro_steps 7
+  r.engine.save_checkpoint(dir.path(), SaveOptions().tag("mid"));
+  // load_window(false): back to the window's start (4), then whole windows of this GAS.
+  for (const auto& [gas, expected] : {std::pair<int64_t, int64_t>{4, 4}, {3, 6}, {2, 4}}) {
+    Trainer t(RunSetup{"fp32", false, gas});
+    t.engine.load_checkpoint(dir.path(), LoadOptions().tag("mid").load_window(false));
+    EXPECT_EQ(t.engine.micro_steps(), expected) << "GAS " << gas;
+    EXPECT_FALSE(t.model->w.grad().defined());
+  }
+  // A boundary set by hand is part of the state: it survives a load at a boundary.
+  Trainer manual(RunSetup{"fp32", false, 4});
+  manual.engine.set_gradient_accumulation_boundary(false);
+  manual.micro_step(0);
+  manual.engine.set_gradient_accumulation_boundary(true);
+  manual.micro_step(1);  // ends the window by hand
+  manual.engine.save_checkpoint(dir.path(), SaveOptions().tag("manual"));
+  Trainer loaded(RunSetup{"fp32", false, 4});
+  loaded.engine.load_checkpoint(dir.path(), LoadOptions().tag("manual"));
+  EXPECT_TRUE(loaded.engine.is_gradient_accumulation_boundary());
+  EXPECT_EQ(loaded.engine.micro_steps(), manual.engine.micro_steps());
+  EXPECT_TRUE(torch::equal(loaded.engine.window_loss(), manual.engine.window_loss()));
+}
+
 TEST(Checkpoint, GuardRailsStillWorkAfterALoad) {
   testing::ScratchDir dir("stepwise-ckpt-guards");
   Trainer r(RunSetup{"fp32", false, 4});
@@ -339,7 +449,7 @@ namespace {
 TEST(Checkpoint, PythonPyTorchReadsTheFiles) {
   // Debian's python3-torch (tools/bootstrap installs it) reads what torch::pickle_save wrote.
   if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
-    GTEST_SKIP() << "Debian's python3-torch is not installed (tools/bootstrap installs it)";
+    FAIL() << "Debian's python3-torch is not installed: run tools/bootstrap (it installs it)";
   }
   testing::ScratchDir dir("stepwise-ckpt-python");
   Trainer r(RunSetup{"fp32", true, 4});
@@ -373,7 +483,7 @@ TEST(Checkpoint, ADeepSpeedCheckpointConvertsAndLoads) {
   // A file in DeepSpeed's stage-0 layout, written by PyTorch (a Python set and torch.Size
   // objects included), converted by tools/deepspeed-to-stepwise, loaded into an engine.
   if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
-    GTEST_SKIP() << "Debian's python3-torch is not installed (tools/bootstrap installs it)";
+    FAIL() << "Debian's python3-torch is not installed: run tools/bootstrap (it installs it)";
   }
   testing::ScratchDir dir("stepwise-ckpt-deepspeed");
   const std::string ds = dir.path() + "/ds", converted = dir.path() + "/converted";
@@ -421,6 +531,14 @@ TEST(Checkpoint, ADeepSpeedCheckpointConvertsAndLoads) {
   // And it trains on.
   engine.backward(model->forward(torch::ones({2, 4})).pow(2).mean());
   engine.step();
+  // A ZeRO checkpoint (its optimizer state in per-rank zero_pp_rank_* files) is refused.
+  std::ofstream(ds + "/global_step2/zero_pp_rank_0_mp_rank_00_optim_states.pt") << "x";
+  const std::string zero = convert + "-zero 2>" + dir.path() + "/zero.txt";
+  EXPECT_NE(std::system(zero.c_str()), 0);
+  std::ifstream zero_out(dir.path() + "/zero.txt");
+  const std::string message((std::istreambuf_iterator<char>(zero_out)),
+                            std::istreambuf_iterator<char>());
+  EXPECT_NE(message.find("is a ZeRO stage 1+ checkpoint"), std::string::npos) << message;
 }
 
 }  // namespace

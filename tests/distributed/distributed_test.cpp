@@ -180,11 +180,33 @@ TEST_F(DataParallel, AllReduceCallsPerStepEqualBucketsAndNoneOffTheBoundary) {
   }
 }
 
+struct CkptScaleImpl : torch::nn::Module {
+  torch::Tensor w = register_parameter("w", torch::linspace(0.2, 0.8, 4));
+  torch::Tensor b = register_parameter("b", torch::full({1}, 0.1));
+  torch::Tensor forward(const torch::Tensor& x) { return (x * w).sum(1) + b; }
+};
+
+Engine ckpt_engine(const std::shared_ptr<CkptScaleImpl>& model) {
+  return initialize(model, Config::from_string(R"({"train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 4, "gradient_clipping": 0.5, "steps_per_print": 1000000,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.05}}})"));
+}
+
 TEST_F(DataParallel, CheckpointsResumeBitForBitOnEveryRank) {
   // Each rank saves its own window file, rank 0 the shared state; fresh engines on both
   // ranks load and end bit-identical to the uninterrupted run, pending gradients included.
   char pattern[] = "/tmp/stepwise-dp-ckpt-XXXXXX";
   ASSERT_NE(mkdtemp(pattern), nullptr);
+  {
+    // A W = 1 checkpoint inside a window (2 micro-batches pending), which the ranks refuse.
+    auto model = std::make_shared<CkptScaleImpl>();
+    auto engine = ckpt_engine(model);
+    for (int t = 0; t < 6; ++t) {
+      engine.backward((model->forward(torch::randn({2, 4})) - torch::randn({2})).pow(2).mean());
+      engine.step();
+    }
+    engine.save_checkpoint(pattern, SaveOptions().tag("w1-mid"));
+  }
   auto ranks = run_ranks(2, {"checkpoint", pattern}, std::chrono::seconds(120));
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
@@ -194,18 +216,14 @@ TEST_F(DataParallel, CheckpointsResumeBitForBitOnEveryRank) {
   }
   EXPECT_TRUE(
       std::filesystem::exists(std::string(pattern) + "/fp16-sched-gas4-k6/window_rank_1.pt"));
-  EXPECT_FALSE(std::filesystem::exists(std::string(pattern) + "/rank0"))
+  EXPECT_FALSE(std::filesystem::exists(std::string(pattern) + "/Fail-rank0"))
       << "a save refused by tag validation writes nothing";
+  EXPECT_TRUE(std::filesystem::exists(std::string(pattern) + "/Warn-rank0/window_rank_1.pt"))
+      << "with Warn, every rank saves under rank 0's tag";
   // One process (W = 1) loads the W = 2 checkpoint taken at a boundary, not the one
   // taken inside a window.
-  struct ScaleImpl : torch::nn::Module {
-    torch::Tensor w = register_parameter("w", torch::zeros({4}));
-    torch::Tensor b = register_parameter("b", torch::zeros({1}));
-  };
-  auto model = std::make_shared<ScaleImpl>();
-  auto engine = initialize(model, Config::from_string(R"({"train_micro_batch_size_per_gpu": 2,
-      "gradient_accumulation_steps": 4, "steps_per_print": 1000000,
-      "optimizer": {"type": "AdamW", "params": {"lr": 0.05}}})"));
+  auto model = std::make_shared<CkptScaleImpl>();
+  auto engine = ckpt_engine(model);
   EXPECT_NE(testing::error_of<CheckpointError>([&] {
               engine.load_checkpoint(pattern, LoadOptions().tag("fp32-gas4-k6"));
             }).find("with world size 2 (now 1)"),
@@ -214,6 +232,26 @@ TEST_F(DataParallel, CheckpointsResumeBitForBitOnEveryRank) {
   EXPECT_EQ(engine.global_steps(), 2);
   EXPECT_EQ(engine.global_samples(), 32) << "the samples of 2 steps of 16 at W = 2";
   std::filesystem::remove_all(pattern);
+}
+
+TEST_F(DataParallel, ARankKilledInsideASaveLeavesThePreviousCheckpoint) {
+  char pattern[] = "/tmp/stepwise-dp-kill-save-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  auto ranks = run_ranks(2, {"kill-save", dir}, std::chrono::seconds(120));
+  EXPECT_EQ(ranks[1].exit_code, 128 + SIGKILL) << ranks[1].output;
+  EXPECT_EQ(ranks[0].exit_code, 0) << ranks[0].output;
+  EXPECT_NE(ranks[0].output.find("rank 0 save failed: "), std::string::npos) << ranks[0].output;
+  EXPECT_EQ(read_file(dir + "/latest"), "before\n");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/after"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/.after.partial"))
+      << "rank 0 removes what the failed save wrote";
+  torch::nn::Linear model(4096, 4096);
+  auto engine = initialize(model, Config::from_string(R"({"train_micro_batch_size_per_gpu": 4,
+      "gradient_accumulation_steps": 2, "steps_per_print": 1000000,
+      "optimizer": {"type": "Adam", "params": {"lr": 0.05}}})"));
+  EXPECT_EQ(engine.load_checkpoint(dir).path, dir + "/before");
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(DataParallel, DeepSpeedWs2TracePerMicroStepAndRank) {

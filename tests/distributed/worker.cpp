@@ -8,13 +8,18 @@
 //   worker mismatch-gas | mismatch-shape  the ranks disagree; initialize must throw
 //   worker broadcast-fp16                rank 1 starts elsewhere, fp16: its masters are rank 0's
 //   worker checkpoint DIR                saves at every micro-step of a window and resumes
-//                                        in fresh engines: bitwise the uninterrupted run
+//                                        in fresh engines: bitwise the uninterrupted run;
+//                                        then tag validation and errors on one rank
+//   worker kill-save DIR                 saves "before", then rank 1 dies inside the save
+//                                        of "after"; rank 0 must fail, "before" stays
 #include <stepwise/stepwise.h>
 
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "support/reference_problem.h"
 
@@ -291,28 +296,108 @@ int run_checkpoint(const std::string& dir) {
       }
     }
   }
-  // Different tags on the ranks: Fail refuses on every rank, and writes nothing.
-  {
+  // Different tags on the ranks: Fail refuses on every rank and writes nothing; Warn
+  // saves under rank 0's tag on every rank.
+  for (const std::string validation : {"Fail", "Warn"}) {
     auto model = reference_linear();
     nlohmann::json json = {{"train_micro_batch_size_per_gpu", 2},
                            {"gradient_accumulation_steps", 2},
                            {"steps_per_print", 1000000000},
                            {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.05}}}}},
-                           {"checkpoint", {{"tag_validation", "Fail"}}}};
+                           {"checkpoint", {{"tag_validation", validation}}}};
     auto engine = stepwise::initialize(model, stepwise::Config::from_json(json));
     std::string error;
+    std::string path;
     try {
-      engine.save_checkpoint(dir, stepwise::SaveOptions().tag("rank" + std::to_string(rank)));
+      path = engine.save_checkpoint(
+          dir, stepwise::SaveOptions().tag(validation + "-rank" + std::to_string(rank)));
     } catch (const stepwise::CheckpointError& e) {
       error = e.what();
     }
-    check(error.find("the ranks passed different checkpoint tags") != std::string::npos,
-          "tag validation Fail: got \"" + error + "\"");
+    if (validation == "Fail") {
+      check(error.find("the ranks passed different checkpoint tags") != std::string::npos,
+            "tag validation Fail: got \"" + error + "\"");
+    } else {
+      check(error.empty() && path == dir + "/Warn-rank0",
+            "tag validation Warn: saved as \"" + path + "\", error \"" + error + "\"");
+    }
+  }
+  // An error on one rank reaches every rank (no rank waits for the others until the
+  // timeout), and no rank's engine changes: rank 1's window file is missing.
+  {
+    const auto config = checkpoint_config("fp32", false, 4);
+    Scale saved_model;
+    auto saved = stepwise::initialize(saved_model, config);
+    train_scale(saved_model, saved, "fp32", 0, 6);
+    const std::string path = saved.save_checkpoint(dir, stepwise::SaveOptions().tag("no-window-1"));
+    stepwise::distributed::default_context()->barrier("test: saved");
+    if (rank == 0) std::filesystem::remove(path + "/window_rank_1.pt");
+    stepwise::distributed::default_context()->barrier("test: file removed");
+    Scale model;
+    auto engine = stepwise::initialize(model, config);
+    std::string error;
+    try {
+      engine.load_checkpoint(dir, stepwise::LoadOptions().tag("no-window-1"));
+    } catch (const stepwise::CheckpointError& e) {
+      error = e.what();
+    }
+    const std::string expected =
+        rank == 1 ? "window_rank_1.pt is missing"
+                  : "checkpoint load: reading and checking failed on rank 1 (its own "
+                    "CheckpointError says why)";
+    check(error.find(expected) != std::string::npos,
+          "a missing window file on rank 1: got \"" + error + "\"");
+    check(engine.micro_steps() == 0 && !model->w.grad().defined(),
+          "a failed load left this rank's engine changed");
+  }
+  // A checkpoint saved inside a window at W = 1 (by the test, before the ranks started):
+  // its pending gradients belong to one rank; every rank refuses it, none waits.
+  {
+    Scale model;
+    auto engine = stepwise::initialize(model, checkpoint_config("fp32", false, 4));
+    std::string error;
+    try {
+      engine.load_checkpoint(dir, stepwise::LoadOptions().tag("w1-mid"));
+    } catch (const stepwise::CheckpointError& e) {
+      error = e.what();
+    }
+    check(error.find("was saved inside an accumulation window (2 micro-batches pending) with "
+                     "world size 1 (now 2)") != std::string::npos,
+          "a W = 1 mid-window checkpoint at W = 2: got \"" + error + "\"");
   }
   std::cout << "rank " << rank << ": checkpoint resume checked in " << cycles
             << " save/load cycles, " << failures << " failures" << std::endl;
   stepwise::distributed::shutdown();
   return failures == 0 ? 0 : 1;
+}
+
+// Rank 1 dies (SIGKILL) inside a save: once its window file of "after" is written, while
+// it waits for rank 0 to finish writing the shared files (64 MiB, flushed to disk).
+int run_kill_save(const std::string& dir) {
+  stepwise::distributed::init(
+      stepwise::distributed::InitOptions().timeout(std::chrono::seconds(10)));
+  torch::nn::Linear model(4096, 4096);
+  auto engine = stepwise::initialize(model, config_for(2, 2, 1 << 26));
+  const int64_t rank = stepwise::distributed::rank();
+  engine.save_checkpoint(dir, stepwise::SaveOptions().tag("before"));
+  std::thread killer;
+  if (rank == 1) {
+    killer = std::thread([dir] {
+      const std::string mine = dir + "/.after.partial/window_rank_1.pt.sum";
+      while (!std::filesystem::exists(mine))
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      std::raise(SIGKILL);
+    });
+  }
+  try {
+    engine.save_checkpoint(dir, stepwise::SaveOptions().tag("after"));
+  } catch (const std::exception& e) {
+    std::cout << "rank " << rank << " save failed: " << e.what() << std::endl;
+    return 0;
+  }
+  std::cout << "rank " << rank << " finished the save, which it should not have" << std::endl;
+  if (killer.joinable()) killer.join();
+  return 1;
 }
 
 int main(int argc, char** argv) {
@@ -328,6 +413,7 @@ int main(int argc, char** argv) {
     if (args.size() == 1 && args[0] == "mismatch-shape") return run_mismatch(true);
     if (args.size() == 1 && args[0] == "broadcast-fp16") return run_broadcast_fp16();
     if (args.size() == 2 && args[0] == "checkpoint") return run_checkpoint(args[1]);
+    if (args.size() == 2 && args[0] == "kill-save") return run_kill_save(args[1]);
   } catch (const std::exception& e) {
     std::cout << "error: " << e.what() << std::endl;
     return 3;
