@@ -1,5 +1,5 @@
 # Sphinx + Breathe: renders Doxygen's XML of include/stepwise/ as the site's C++ API
-# reference (copied into the MkDocs site as api/ by snippets/mkdocs_hook.py).
+# reference (whose page bodies snippets/api_pages.py makes pages of the MkDocs site).
 # Run: STEPWISE_DOXYGEN_XML=build/docs/doxygen/xml /usr/bin/python3 -m sphinx -W -b html docs-api build/docs/api
 import os
 
@@ -14,7 +14,6 @@ primary_domain = "cpp"
 highlight_language = "cpp"
 html_theme = "alabaster"
 html_title = "stepwise C++ API reference"
-html_theme_options = {"extra_nav_links": {"Back to the stepwise docs": "../index.html"}}
 html_static_path = []
 exclude_patterns = ["Doxyfile"]
 

@@ -11,15 +11,19 @@
   snippets/plot.py); compile-fail and no-compile blocks a label.
 - Invalid blocks are logged as warnings, so `mkdocs build --strict` fails on them.
 - The C++ API reference (Sphinx + Breathe HTML, built before MkDocs into
-  $STEPWISE_API_HTML, default build/docs/api) is added to the site as api/, so links to it
-  are checked like any other page.
+  $STEPWISE_API_HTML, default build/docs/api) becomes pages of this site (snippets/
+  api_pages.py): api/<header>.html in the nav's "C++ API reference" section, in the site's
+  theme, with a "Used in" list of tested blocks under each entry, and every public symbol
+  in the site's search index. The count of symbols no tested block uses is printed.
 """
+import json
 import logging
 import os
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import api_pages  # noqa: E402
 import blocks as B  # noqa: E402
 import plot  # noqa: E402
 
@@ -81,14 +85,78 @@ def on_page_markdown(markdown, page, config, files):
     return "\n".join(lines) + "\n"
 
 
-def on_files(files, config):
-    api = pathlib.Path(os.environ.get("STEPWISE_API_HTML", ROOT / "build" / "docs" / "api"))
+API_NAV_TITLE = "C++ API reference"
+_api = {"pages": [], "symbols": [], "stubs": None}
+
+
+def _api_dir():
+    return pathlib.Path(os.environ.get("STEPWISE_API_HTML", ROOT / "build" / "docs" / "api"))
+
+
+def _replace_api_nav(nav, section):
+    """Puts `section` where the nav names the API reference (api/index.md)."""
+    for i, item in enumerate(nav):
+        if isinstance(item, dict):
+            (title, value), = item.items()
+            if value in ("api/index.md", "api/index.html"):
+                nav[i] = {title: section}
+                return True
+            if isinstance(value, list) and _replace_api_nav(value, section):
+                return True
+    return False
+
+
+def on_config(config):
+    api = _api_dir()
     if not (api / "index.html").is_file():
         log.warning(f"C++ API reference not built ({api}/index.html missing): run tools/docs-check "
                     "or set STEPWISE_API_HTML")
+        return config
+    pages, symbols = api_pages.build(api)
+    _api.update(pages=pages, symbols=symbols)
+    # Each API page is a stub Markdown file (its title) whose content on_page_content sets.
+    stubs = api.parent / "api-pages"
+    for page in pages:
+        path = stubs / "api" / f"{page.name}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# {page.title}\n", encoding="utf-8")
+    _api["stubs"] = stubs
+    # Nav titles without the header's path: "Engine (stepwise/engine.h)" -> "Engine".
+    section = [{("Overview" if p.name == "index" else p.title.split(" (")[0]): f"api/{p.name}.md"}
+               for p in pages]
+    if not _replace_api_nav(config["nav"], section):
+        log.warning("mkdocs.yml's nav has no entry for api/index.md (the C++ API reference)")
+    return config
+
+
+def on_files(files, config):
+    if _api["stubs"] is None:
         return files
-    for path in sorted(p for p in api.rglob("*") if p.is_file() and ".doctrees" not in p.parts
-                       and p.name != ".buildinfo"):
-        rel = "api/" + path.relative_to(api).as_posix()
-        files.append(File(rel, str(api.parent), config["site_dir"], config["use_directory_urls"]))
+    for page in _api["pages"]:
+        files.append(File(f"api/{page.name}.md", str(_api["stubs"]), config["site_dir"],
+                          config["use_directory_urls"]))
     return files
+
+
+def on_page_content(html, page, config, files):
+    for p in _api["pages"]:
+        if page.file.src_uri == f"api/{p.name}.md":
+            return html + f'<div class="sw-api">{p.body}</div>'
+    return html
+
+
+def on_post_build(config):
+    symbols = _api["symbols"]
+    if not symbols:
+        return
+    index_path = pathlib.Path(config["site_dir"]) / "search" / "search_index.json"
+    index = json.loads(index_path.read_text(encoding="utf-8"))
+    index["docs"] += api_pages.search_entries(symbols)
+    index_path.write_text(json.dumps(index), encoding="utf-8")
+    counted = [s for s in symbols if api_pages.counted(s)]
+    unused = [s for s in counted if not s.uses]
+    listing = pathlib.Path(config["site_dir"]).parent / "api-unused.txt"
+    listing.write_text("".join(f"{s.title}\n" for s in unused), encoding="utf-8")
+    print(f"C++ API reference: {len(symbols)} entries in the search index; {len(counted) - len(unused)} "
+          f"of {len(counted)} public symbols link to the tested blocks that use them, "
+          f"{len(unused)} are used by none ({listing})", file=sys.stderr)

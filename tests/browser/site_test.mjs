@@ -5,10 +5,13 @@
 // Serves SITE_DIR on 127.0.0.1 (a free port), then checks: every nav page renders without
 // console errors; the getting-started loop block is on the page and equals its source in
 // docs/getting-started.md; the search UI finds "gradient_accumulation_steps"; the C++ API
-// reference page for Engine::backward is reachable from the nav; no internal link (or
+// reference is pages of the site (Engine's from the nav, in the site's theme, its
+// "Used in" links leading to blocks that call Engine::backward); the search finds public
+// symbols at their reference entries; no internal link (or
 // #anchor) is broken; every C++ block of every guide page (in tabs and taller than the
 // window too) has a copy button that copies the block's complete program, the same text
-// its "Complete program" box shows. Saves a screenshot of getting-started, and the copies
+// its "Complete program" box shows. Saves screenshots of getting-started and
+// api/engine.html, and the copies
 // as a reader got them (copies.json: page, id, kind, copy text, expected output block,
 // tolerance, expected diagnostic) for snippets/copies_test.py, in $STEPWISE_ARTIFACTS
 // (default build/artifacts/).
@@ -185,14 +188,72 @@ async function main() {
       fail('search "gradient_accumulation_steps": no results');
     }
 
-    // 4. The API reference page for Engine::backward is reachable from the nav.
+    // 4. The API reference is pages of this site: Engine's page is in the nav, in the
+    // site's theme (Material's header and search, no Sphinx sidebar), Engine::backward's
+    // entry is on it, and its "Used in" links lead to tested blocks that call backward().
     await page.goto(base + 'index.html');
-    await page.click('nav.md-nav--primary a.md-nav__link:has-text("C++ API reference")');
-    await page.click('.toctree-wrapper a:has-text("Engine")');
-    const backward = await page.waitForSelector('[id^="_CPPv4N8stepwise6Engine8backward"]', { timeout: 10000 })
+    const apiLink = await page.$eval('nav.md-nav--primary a.md-nav__link[href$="api/engine.html"]', (a) => a.href)
       .catch(() => null);
-    if (backward && await backward.isVisible()) pass(`API reference: Engine::backward at ${page.url().slice(base.length)}`);
-    else fail(`API reference: no Engine::backward entry reachable from the nav (ended at ${page.url()})`);
+    if (!apiLink) fail('API reference: no nav link to api/engine.html');
+    else {
+      await page.goto(apiLink, { waitUntil: 'load' });
+      const backward = await page.$('[id^="_CPPv4N8stepwise6Engine8backward"]');
+      const themed = await page.$('header.md-header input.md-search__input') !== null
+        && await page.$('.sphinxsidebar') === null;
+      if (!backward || !(await backward.isVisible())) fail('API reference: no Engine::backward entry on api/engine.html');
+      else if (!themed) fail('API reference: api/engine.html is not in the site\'s theme (Material header and search)');
+      else pass('API reference: Engine::backward on api/engine.html, in the site\'s theme, from the nav');
+      await page.screenshot({ path: path.join(artifacts, 'api-engine.png'), fullPage: false });
+      pass(`screenshot ${path.join(artifacts, 'api-engine.png')}`);
+      const used = await page.$$eval('[id^="_CPPv4N8stepwise6Engine8backward"] + dd > .sw-used-in a[href]',
+        (as) => as.map((a) => a.href));
+      let good = 0;
+      for (const href of used) {
+        const [url, hash] = href.split('#');
+        await page.goto(url, { waitUntil: 'load' });
+        const code = await page.$eval(`div.highlight#${hash} code`, (c) => c.textContent).catch(() => null);
+        if (code === null) fail(`API reference: "Used in" link ${href.slice(base.length)} leads to no code block`);
+        else if (!/backward\s*\(/.test(code)) fail(`API reference: "Used in" block ${href.slice(base.length)} does not call backward()`);
+        else good++;
+      }
+      if (used.length && good === used.length) pass(`API reference: Engine::backward's ${good} "Used in" links lead to blocks that call it`);
+      else if (!used.length) fail('API reference: Engine::backward has no "Used in" links');
+    }
+
+    // 4b. The site's search finds public symbols, each leading to its reference entry.
+    // [what a reader types, the entry it must find (page#id), the name the entry shows]
+    const symbols = [
+      ['global_grad_norm', 'engine.html#_CPPv4NK8stepwise6Engine16global_grad_normEv', 'global_grad_norm'],
+      ['LossScalerOptions::hysteresis', 'loss_scaler.html#_CPPv4N8stepwise17LossScalerOptions11hysteresis_E', 'hysteresis'],
+      ['ConfigError', 'errors.html#_CPPv4N8stepwise11ConfigErrorE', 'ConfigError'],
+      ['load_window', 'checkpoint.html#_CPPv4N8stepwise11LoadOptions12load_window_E', 'load_window'],
+      ['set_gradient_accumulation_boundary', 'engine.html#_CPPv4N8stepwise6Engine34set_gradient_accumulation_boundaryEb',
+        'set_gradient_accumulation_boundary'],
+      ['WarmupCosineLR', 'lr_schedules.html#_CPPv4N8stepwise14WarmupCosineLRE', 'WarmupCosineLR']];
+    for (const [query, entryAt, symbol] of symbols) {
+      await page.goto(base + 'index.html', { waitUntil: 'networkidle' });
+      await page.keyboard.press('/');
+      await page.keyboard.type(query, { delay: 5 });
+      const want = `api/${entryAt}`;
+      let hit = null;
+      for (let attempt = 0; attempt < 3 && !hit; attempt++) {
+        await page.waitForSelector('.md-search-result__item', { timeout: 5000 }).catch(() => {});
+        // Material adds ?h=<query> (search.highlight) before the #anchor.
+        const hrefs = await page.$$eval('.md-search-result a[href]', (as) => as.map((a) => a.href.replace(/\?[^#]*/, '')));
+        hit = hrefs.find((h) => h.slice(base.length) === want) || null;
+        if (!hit) {  // the worker may still be indexing: type again
+          await page.fill('input.md-search__input', '');
+          await page.keyboard.type(query, { delay: 5 });
+        }
+      }
+      if (!hit) { fail(`search "${query}": no result at ${want}`); continue; }
+      const [url, hash] = hit.split('#');
+      await page.goto(url, { waitUntil: 'load' });
+      const entry = await page.$eval(`[id="${decodeURIComponent(hash)}"]`, (e) => e.textContent).catch(() => null);
+      if (entry === null) fail(`search "${query}": ${want} has no such entry`);
+      else if (!entry.includes(symbol)) fail(`search "${query}": the entry at ${want} does not name ${symbol}`);
+      else pass(`search "${query}": the reference entry ${want}`);
+    }
 
     // 5. No broken internal link or anchor (every HTML page of the site, crawled).
     const seen = new Map(); // url -> Set of ids, or null if missing
