@@ -21,10 +21,15 @@ double global_grad_norm(const std::vector<torch::Tensor>& params) {
   return fused::global_norm(grads_of(params)).item<double>();
 }
 
-void clip_grads_with_norm(const std::vector<torch::Tensor>& params, double norm, double max_norm) {
-  torch::NoGradGuard no_grad;
+double clip_coefficient(double norm, double max_norm) {
   // DeepSpeed's rule: coef = max_norm / (norm + 1e-6), applied when below 1.
   const double coef = max_norm > 0.0 ? max_norm / (norm + 1e-6) : 1.0;
+  return coef < 1.0 ? coef : 1.0;
+}
+
+void clip_grads_with_norm(const std::vector<torch::Tensor>& params, double norm, double max_norm) {
+  torch::NoGradGuard no_grad;
+  const double coef = clip_coefficient(norm, max_norm);
   // The fused unscale is a multi-tensor multiply; its inf/nan flag is not needed here.
   if (coef < 1.0) fused::unscale_and_check(grads_of(params), coef);
 }

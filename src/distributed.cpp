@@ -58,6 +58,7 @@ struct Context::Impl {
   c10::intrusive_ptr<detail::Group> group;
   std::string master;
   int64_t failures = 0;
+  torch::Device device = torch::kCPU;  // where the backend's tensors live
 };
 
 // NOTE: [naming the missing rank] c10d's errors name a peer's socket address
@@ -159,9 +160,12 @@ Context::Context(const InitOptions& options) : impl_(std::make_unique<Impl>()) {
   }
   try {
     auto store = c10::make_intrusive<c10d::PrefixStore>("pg", impl_->store);
-    impl_->group = options.backend() == Backend::kNccl
+    const bool nccl = options.backend() == Backend::kNccl;
+    impl_->group = nccl
                        ? detail::make_nccl_process_group(store, rank_, world_size_, timeout_)
                        : detail::make_gloo_process_group(store, rank_, world_size_, addr, timeout_);
+    if (nccl)
+      impl_->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank_));
   } catch (const DistributedError&) {
     throw;
   } catch (const std::exception& e) {
@@ -173,8 +177,12 @@ Context::~Context() = default;
 
 std::string Context::backend_name() const { return impl_->group->getBackendName(); }
 
+torch::Device Context::device() const { return impl_->device; }
+
 void Context::all_reduce_sum(torch::Tensor& tensor, const std::string& what) {
-  std::vector<torch::Tensor> tensors{tensor};
+  // NCCL takes CUDA tensors only, Gloo CPU ones (see device()).
+  const bool moved = tensor.device() != impl_->device;
+  std::vector<torch::Tensor> tensors{moved ? tensor.to(impl_->device) : tensor};
   try {
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
@@ -183,10 +191,12 @@ void Context::all_reduce_sum(torch::Tensor& tensor, const std::string& what) {
   } catch (const std::exception& e) {
     fail("all-reduce of " + what, e);
   }
+  if (moved) tensor.copy_(tensors[0]);
 }
 
 void Context::broadcast(torch::Tensor& tensor, int64_t root, const std::string& what) {
-  std::vector<torch::Tensor> tensors{tensor};
+  const bool moved = tensor.device() != impl_->device;
+  std::vector<torch::Tensor> tensors{moved ? tensor.to(impl_->device) : tensor};
   try {
     c10d::BroadcastOptions options;
     options.rootRank = root;
@@ -195,11 +205,12 @@ void Context::broadcast(torch::Tensor& tensor, int64_t root, const std::string& 
   } catch (const std::exception& e) {
     fail("broadcast of " + what, e);
   }
+  if (moved) tensor.copy_(tensors[0]);
 }
 
 std::vector<torch::Tensor> Context::all_gather(const torch::Tensor& tensor,
                                                const std::string& what) {
-  std::vector<torch::Tensor> input{tensor.contiguous()};
+  std::vector<torch::Tensor> input{tensor.to(impl_->device).contiguous()};
   std::vector<std::vector<torch::Tensor>> output(1);
   for (int64_t r = 0; r < world_size_; ++r) output[0].push_back(torch::empty_like(input[0]));
   try {
@@ -208,6 +219,9 @@ std::vector<torch::Tensor> Context::all_gather(const torch::Tensor& tensor,
     impl_->group->allgather(output, input, options)->wait(timeout_);
   } catch (const std::exception& e) {
     fail("all-gather of " + what, e);
+  }
+  if (tensor.device() != impl_->device) {
+    for (auto& t : output[0]) t = t.to(tensor.device());
   }
   return output[0];
 }
@@ -263,8 +277,10 @@ void shutdown() {
   if (context && context->world_size() > 1) context->barrier("shutdown");
 }
 
-int64_t world_size_for_engine() {
-  if (!is_initialized() && env_int("WORLD_SIZE").value_or(1) > 1) init();
+int64_t world_size_for_engine(const torch::Device& params_device) {
+  if (!is_initialized() && env_int("WORLD_SIZE").value_or(1) > 1) {
+    init(InitOptions().backend(params_device.is_cuda() ? Backend::kNccl : Backend::kGloo));
+  }
   return world_size();
 }
 

@@ -56,6 +56,14 @@ std::string describe(const torch::Tensor& loss) {
                   loss.requires_grad() ? " that requires grad" : " that does not require grad");
 }
 
+// Where the model's parameters are (the CPU for a model without any, or none: the
+// constructor's checks name that).
+torch::Device params_device(const torch::nn::Module* model) {
+  if (model == nullptr) return torch::kCPU;
+  const auto params = model->parameters();
+  return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+}
+
 }  // namespace
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
@@ -63,8 +71,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
                std::unique_ptr<torch::optim::LRScheduler> client_scheduler)
     : model_(std::move(model)),
       config_(std::move(config)),
-      // Joins the process group from torchrun's variables when WORLD_SIZE > 1.
-      sizes_(config_.resolve_batch_sizes(distributed::world_size_for_engine())),
+      // Joins the process group from torchrun's variables when WORLD_SIZE > 1, with the
+      // backend of the parameters' device (NCCL for CUDA, Gloo otherwise).
+      sizes_(config_.resolve_batch_sizes(
+          distributed::world_size_for_engine(params_device(model_.get())))),
       accumulator_(sizes_.gradient_accumulation_steps, config_.stepwise.strict_cadence) {
   // NOTE: [construction order] the steps below depend on each other's effects, so they
   // run here, in this order, not in the member initializer list (where the order of
@@ -204,12 +214,21 @@ void Engine::boundary_step(int64_t samples, double grad_factor, bool ends_early)
   // and the overflow flag below are global: an inf on one rank is an inf in the
   // sum on every rank, and every rank skips, clips and steps identically.
   reducer_->reduce(precision_->model_params());
-  // Unscale (fp16) and check for overflow; one host sync for the norm and the flag.
-  const GradientStats stats = precision_->unscale_and_check(grad_factor);
+  // Unscale (fp16) and check for overflow; one host sync for the norm and the flag. An
+  // optimizer that TakesGradScale does the unscale and the clip in its own pass (NOTE:
+  // [folded unscale]): two passes over the gradients in all.
+  auto* folds = dynamic_cast<TakesGradScale*>(optimizer_.get());
+  const GradientStats stats =
+      folds ? precision_->check_unscaled(grad_factor) : precision_->unscale_and_check(grad_factor);
   global_grad_norm_ = stats.norm;
   const bool skip = stats.overflow;  // an fp16 overflow skips the optimizer AND the scheduler
   if (!skip) {
-    clip_grads_with_norm(precision_->optimizer_params(), stats.norm, config_.gradient_clipping);
+    if (folds) {
+      folds->set_grad_scale(precision_->grad_scale(grad_factor) *
+                            clip_coefficient(stats.norm, config_.gradient_clipping));
+    } else {
+      clip_grads_with_norm(precision_->optimizer_params(), stats.norm, config_.gradient_clipping);
+    }
     optimizer_->step();
     precision_->copy_to_model();
   }
@@ -241,6 +260,12 @@ void Engine::print_progress() const {
        << " samples=" << global_samples() << " lr=";
   for (double lr : get_lr()) line << lr << " ";
   line << "grad_norm=" << global_grad_norm_;
+  if (global_steps() == config_.steps_per_print && sizes_.world_size > 1) {
+    // The first line says how the ranks talk (the backend follows the device if unset).
+    const auto ctx = distributed::default_context();
+    line << " (data parallel: " << sizes_.world_size << " ranks over "
+         << (ctx ? ctx->backend_name() : std::string("?")) << ")";
+  }
   if (config_.wall_clock_breakdown) {
     using ms = std::chrono::duration<double, std::milli>;
     line << std::fixed << std::setprecision(3) << " backward_ms=" << ms(backward_time_).count()

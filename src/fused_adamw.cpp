@@ -92,13 +92,15 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
                             .eps(options.eps())
                             .weight_decay(options.weight_decay())
                             .decoupled(decoupled_)
-                            .step(step));
+                            .step(step)
+                            .grad_scale(grad_scale_));
       // The kernels write through raw pointers: tell autograd's version counters, as
       // an in-place ATen op would (and as NOTE: [leftover calls] relies on).
       for (const auto& p : lists.params) p.unsafeGetTensorImpl()->bump_version();
       for (const auto& c : lists.model_copies) c.unsafeGetTensorImpl()->bump_version();
     }
   }
+  grad_scale_ = 1.0;
   return loss;
 }
 

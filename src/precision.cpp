@@ -81,6 +81,30 @@ GradientStats Precision::unscale_and_check(double factor) {
   return stats;
 }
 
+// NOTE: [folded unscale] With FusedAdamW, a boundary reads the gradients twice: once
+// for the norm and the overflow flag together (an inf or nan anywhere makes the norm
+// non-finite), then in the update, which multiplies them by factor / S times the clip
+// coefficient. The unscale, the clip multiply and the fp32 copy of half gradients are
+// not separate passes. With a power-of-two S and factor 1 the results are bitwise those
+// of unscale-then-clip: scaling by 2^-k is exact, so the norm of the scaled gradients
+// times 2^-k is the norm of the unscaled ones, and g * (2^-k c) rounds as (g 2^-k) c.
+GradientStats Precision::check_unscaled(double factor) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;  // the model's gradients, as backward() left them
+  for (size_t i = 0; i < model_.size(); ++i) {
+    const auto& g = model_[i].grad();
+    if (!g.defined()) continue;
+    // The optimizer reads the half/bf16 gradient itself (its kernels take any dtype).
+    if (!master_[i].is_same(model_[i])) master_[i].mutable_grad() = g;
+    grads.push_back(g);
+  }
+  const double scaled = fused::global_norm(grads).item<double>();  // the one host sync
+  GradientStats stats;
+  stats.norm = scaled * grad_scale(factor);
+  stats.overflow = mode_ == PrecisionMode::kFp16 && !std::isfinite(stats.norm);
+  return stats;
+}
+
 void Precision::check_optimizer_source(bool client_optimizer) const {
   STEPWISE_CHECK(!client_optimizer || mode_ == PrecisionMode::kFp32, ConfigError,
                  "a client optimizer cannot be combined with ",

@@ -25,6 +25,10 @@ double global_grad_norm(const std::vector<torch::Tensor>& params);
 /// Returns the norm before clipping.
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 
+/// DeepSpeed's clip coefficient: max_norm / (norm + 1e-6) when that is below 1 and
+/// `max_norm` > 0, else 1 (what the gradients are multiplied by).
+double clip_coefficient(double norm, double max_norm);
+
 /// Clipping with a norm already computed (the engine gets it together with the
 /// overflow flag): multiplies every gradient by max_norm / (norm + 1e-6) when
 /// that is below 1 and `max_norm` > 0.

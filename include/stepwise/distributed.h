@@ -61,8 +61,10 @@ struct InitOptions {
   TORCH_ARG(std::optional<std::string>, master_addr) = std::nullopt;
   /// Port of the rendezvous store (default: $MASTER_PORT, or 29500).
   TORCH_ARG(std::optional<int64_t>, master_port) = std::nullopt;
-  /// The backend (default: Gloo; NCCL only with a CUDA-enabled LibTorch).
-  TORCH_ARG(Backend, backend) = Backend::kGloo;
+  /// The backend. Unset: chosen by device, as PyTorch's "cpu:gloo,cuda:nccl": when
+  /// stepwise::initialize joins the group, NCCL if the model's parameters are on CUDA
+  /// (needs a CUDA-enabled LibTorch), Gloo otherwise; a plain init() takes Gloo.
+  TORCH_ARG(std::optional<Backend>, backend) = std::nullopt;
   /// Limit on the rendezvous (all ranks arrive) and on every collective.
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(5);
 };
@@ -88,6 +90,10 @@ class Context {
   std::chrono::milliseconds timeout() const { return timeout_; }
   /// "gloo" or "nccl".
   std::string backend_name() const;
+  /// Where the backend's tensors live: the CPU for Gloo, cuda:<local rank> for NCCL.
+  /// The collectives below move a tensor that lives elsewhere there and back, so the
+  /// small checks (flags, hashes, counts) work on either backend.
+  torch::Device device() const;
 
   /// In place: `tensor` becomes the sum over all ranks. `what` names it in errors.
   void all_reduce_sum(torch::Tensor& tensor, const std::string& what);
@@ -168,8 +174,9 @@ class BucketedReducer : public GradientReducer {
 };
 
 /// What stepwise::initialize does for data parallelism: joins the group from
-/// the environment when WORLD_SIZE is set and init() was not called; returns W.
-int64_t world_size_for_engine();
+/// the environment when WORLD_SIZE is set and init() was not called, with the
+/// backend of `params_device` (NCCL for CUDA, Gloo otherwise); returns W.
+int64_t world_size_for_engine(const torch::Device& params_device = torch::kCPU);
 
 /// What stepwise::initialize does after resolving batch sizes: checks that all
 /// ranks agree on them and on `params`' shapes (DistributedError naming the

@@ -26,7 +26,7 @@
 namespace stepwise {
 
 /// Adam/AdamW as one fused update per parameter group.
-class FusedAdamW : public torch::optim::Optimizer, public WritesModelCopies {
+class FusedAdamW : public torch::optim::Optimizer, public WritesModelCopies, public TakesGradScale {
  public:
   /// AdamW over `params` (Adam with L2 weight decay when `decoupled` is false). Throws
   /// std::invalid_argument for amsgrad (not fused: use torch::optim::AdamW) or a
@@ -41,6 +41,9 @@ class FusedAdamW : public torch::optim::Optimizer, public WritesModelCopies {
   /// Tensors that receive each parameter's new value after every step (rounded to
   /// their dtype): one per parameter, in parameter-group order. Empty: none.
   void set_model_copies(std::vector<torch::Tensor> copies) override;
+  /// The next step() multiplies every gradient by `scale` first (in its one pass: the
+  /// engine folds the unscale and the clip into it); later steps by 1.
+  void set_grad_scale(double scale) override { grad_scale_ = scale; }
   /// Whether set_model_copies() gave copies.
   bool writes_model_copies() const { return !copies_.empty(); }
   /// Decoupled weight decay (AdamW) or L2 (Adam).
@@ -56,6 +59,7 @@ class FusedAdamW : public torch::optim::Optimizer, public WritesModelCopies {
 
   bool decoupled_;
   std::vector<torch::Tensor> copies_;  // parallel to all_params(), or empty
+  double grad_scale_ = 1.0;            // for the next step() only
 };
 
 }  // namespace stepwise

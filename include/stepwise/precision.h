@@ -59,6 +59,18 @@ class WritesModelCopies {
   virtual void set_model_copies(std::vector<torch::Tensor> copies) = 0;
 };
 
+/// An optimizer that multiplies every gradient by a factor inside its own update pass
+/// (FusedAdamW, through fused::AdamWStep::grad_scale): the engine then folds the fp16
+/// unscale, an early-ended window's factor and the clip coefficient into that one factor
+/// instead of multiplying the gradients beforehand (see NOTE: [folded unscale]).
+class TakesGradScale {
+ public:
+  /// Polymorphic base.
+  virtual ~TakesGradScale() = default;
+  /// The next step() multiplies every gradient by `scale` first; later steps by 1.
+  virtual void set_grad_scale(double scale) = 0;
+};
+
 /// The precision policy of an engine: one object, no precision branches in Engine.
 class Precision {
  public:
@@ -85,6 +97,13 @@ class Precision {
   /// Moves the model's gradients to the masters, multiplies them by factor / S,
   /// and computes the norm and the overflow flag with one host sync.
   GradientStats unscale_and_check(double factor);
+  /// For an optimizer that TakesGradScale: hands it the model's gradients as they are
+  /// (no fp32 copy, no multiply) and computes, in one read-only pass and one host sync,
+  /// the norm of the gradients times factor / S and the overflow flag. The optimizer
+  /// must then be given grad_scale(factor) times the clip coefficient.
+  GradientStats check_unscaled(double factor);
+  /// factor / S: what the gradients are multiplied by to unscale them.
+  double grad_scale(double factor) const { return factor / loss_scale(); }
   /// Throws ConfigError when `client_optimizer` (the user built the optimizer) in
   /// fp16/bf16: the optimizer must update the fp32 masters, which only the engine holds.
   void check_optimizer_source(bool client_optimizer) const;

@@ -2,8 +2,10 @@
 // starts W of these with torchrun's variables). Exit 0 when every check of the
 // mode passed; failures are printed, one per line.
 //
-//   worker trace FILE                    the DeepSpeed trace, per micro-step, this rank
-//   worker train MBS GAS STEPS BUCKET OUT  trains; checks all-reduce counts; writes weights
+//   worker trace FILE [cuda]             the DeepSpeed trace, per micro-step, this rank
+//                                        (cuda: the model on cuda:LOCAL_RANK, over NCCL)
+//   worker train MBS GAS STEPS BUCKET OUT [cuda]  trains; checks all-reduce counts and the
+//                                        backend; writes weights
 //   worker kill                          rank 1 dies at micro-step 3; rank 0 must fail
 //   worker mismatch-gas | mismatch-shape  the ranks disagree; initialize must throw
 //   worker broadcast-fp16                rank 1 starts elsewhere, fp16: its masters are rank 0's
@@ -15,6 +17,7 @@
 #include <stepwise/stepwise.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -54,12 +57,29 @@ stepwise::Config config_for(int64_t mbs, int64_t gas, int64_t bucket) {
   return stepwise::Config::from_json(json);
 }
 
-int run_trace(const std::string& file) {
-  const int64_t world = stepwise::distributed::world_size_for_engine();
+// The device of `where` ("cuda": this rank's GPU), and the backend initialize must choose.
+torch::Device device_of(const std::string& where) {
+  const char* local = std::getenv("LOCAL_RANK");
+  return where == "cuda" ? torch::Device(torch::kCUDA, local ? std::atoi(local) : 0)
+                         : torch::Device(torch::kCPU);
+}
+
+void check_backend(const torch::Device& device) {
+  const auto ctx = stepwise::distributed::default_context();
+  const std::string expected = device.is_cuda() ? "nccl" : "gloo";
+  check(ctx && ctx->backend_name() == expected,
+        "initialize chose backend " + (ctx ? ctx->backend_name() : std::string("none")) +
+            " for parameters on " + device.str() + ", expected " + expected);
+}
+
+int run_trace(const std::string& file, const torch::Device& device) {
+  auto model = reference_linear();
+  model->to(device);
+  const int64_t world = stepwise::distributed::world_size_for_engine(device);
   const int64_t rank = stepwise::distributed::rank();
   const auto trace = stepwise::testing::read_trace(file, rank);
   check(trace.setup["world_size"] == world, "world size of the trace");
-  auto model = reference_linear();
+  check_backend(device);
   if (rank == 1) {
     // Rank 1 starts elsewhere: initialize must broadcast rank 0's parameters.
     torch::NoGradGuard no_grad;
@@ -75,7 +95,7 @@ int run_trace(const std::string& file) {
     const int64_t first = reference_start(t, gas, mbs, world, rank);
     check(first == rec["sample_indices"][0], at + " first sample");
     auto [x, y] = reference_samples(first, mbs);
-    auto loss = torch::mse_loss(model->forward(x), y);
+    auto loss = torch::mse_loss(model->forward(x.to(device)), y.to(device));
     check_rel(loss.item<double>(), rec["forward_loss"], 1e-5, at + " forward_loss");
     check(engine.is_gradient_accumulation_boundary() == rec["is_gas_boundary"], at + " boundary");
     auto returned = engine.backward(loss);
@@ -102,9 +122,14 @@ int run_trace(const std::string& file) {
   return failures == 0 ? 0 : 1;
 }
 
-int run_train(int64_t mbs, int64_t gas, int64_t steps, int64_t bucket, const std::string& out) {
+int run_train(int64_t mbs, int64_t gas, int64_t steps, int64_t bucket, const std::string& out,
+              const torch::Device& device) {
   auto model = reference_linear();
-  auto engine = stepwise::initialize(model, config_for(mbs, gas, bucket));
+  model->to(device);
+  auto config = config_for(mbs, gas, bucket);
+  config.steps_per_print = steps;  // one progress line, at the end: it names the backend
+  auto engine = stepwise::initialize(model, config);
+  if (stepwise::distributed::world_size() > 1) check_backend(device);
   const int64_t world = stepwise::distributed::world_size();
   const int64_t rank = stepwise::distributed::rank();
   const auto& reducer = engine.gradient_reducer();
@@ -115,7 +140,7 @@ int run_train(int64_t mbs, int64_t gas, int64_t steps, int64_t bucket, const std
     auto [x, y] = reference_samples(reference_start(t, gas, mbs, world, rank), mbs);
     const int64_t before = reducer.all_reduce_calls();
     const bool boundary = engine.is_gradient_accumulation_boundary();
-    engine.backward(torch::mse_loss(model->forward(x), y));
+    engine.backward(torch::mse_loss(model->forward(x.to(device)), y.to(device)));
     engine.step();
     const int64_t calls = reducer.all_reduce_calls() - before;
     check(calls == (boundary ? buckets : 0),
@@ -126,7 +151,7 @@ int run_train(int64_t mbs, int64_t gas, int64_t steps, int64_t bucket, const std
             << " all-reduce calls in " << steps << " steps" << std::endl;
   std::ofstream file(out + "." + std::to_string(rank), std::ios::binary);
   for (const auto& p : params) {
-    auto c = p.detach().contiguous();
+    auto c = p.detach().to(torch::kCPU).contiguous();
     file.write(static_cast<const char*>(c.data_ptr()), c.numel() * sizeof(float));
   }
   stepwise::distributed::shutdown();
@@ -403,10 +428,12 @@ int run_kill_save(const std::string& dir) {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    if (args.size() == 2 && args[0] == "trace") return run_trace(args[1]);
-    if (args.size() == 6 && args[0] == "train") {
+    if ((args.size() == 2 || args.size() == 3) && args[0] == "trace") {
+      return run_trace(args[1], device_of(args.size() == 3 ? args[2] : "cpu"));
+    }
+    if ((args.size() == 6 || args.size() == 7) && args[0] == "train") {
       return run_train(std::stoll(args[1]), std::stoll(args[2]), std::stoll(args[3]),
-                       std::stoll(args[4]), args[5]);
+                       std::stoll(args[4]), args[5], device_of(args.size() == 7 ? args[6] : "cpu"));
     }
     if (args.size() == 1 && args[0] == "kill") return run_kill();
     if (args.size() == 1 && args[0] == "mismatch-gas") return run_mismatch(false);

@@ -1,6 +1,7 @@
 // stepwise::fused and FusedAdamW: the ATen backend against LibTorch's own optimizers
 // and plain formulas, the argument checks, and (with a CUDA build and a GPU) the CUDA
 // kernels against the ATen backend on many shapes, dtypes and inf/nan placements.
+#include <stepwise/clip.h>
 #include <stepwise/config.h>
 #include <stepwise/engine.h>
 #include <stepwise/fused.h>
@@ -247,6 +248,93 @@ TEST(Fused, ConfigPicksTheFusedOptimizerAndRefusesFusedAmsgrad) {
               Config::from_string(base + R"(, "amsgrad": true, "torch_adam": false}}})");
             }).find("the fused Adam has no AMSGrad; set \"torch_adam\": true"),
             std::string::npos);
+}
+
+// NOTE: [folded unscale], at the level of the ops: the old fp16 boundary (fp32 copies of
+// the half gradients, unscale, norm, clip multiply, AdamW) against the new one (norm of
+// the half gradients, then AdamW with grad_scale = 1/S x clip). Bitwise with S = 2^k and
+// a full window; to float rounding with an early-ended window's factor (4/3).
+struct FoldedRun {
+  double norm;
+  std::vector<torch::Tensor> params, exp_avg, exp_avg_sq;
+};
+
+FoldedRun fp16_boundary(bool folded, double factor, double loss_scale, double max_norm) {
+  torch::manual_seed(7);
+  std::vector<torch::Tensor> half_grads, params, m, v;
+  for (int64_t n : {1000, 7, 65537}) {
+    half_grads.push_back((torch::randn({n}) * loss_scale * 1e-2).to(torch::kHalf));
+    params.push_back(torch::randn({n}));
+    m.push_back(torch::zeros({n}));
+    v.push_back(torch::zeros({n}));
+  }
+  const double coef = factor / loss_scale;
+  auto step = F::AdamWStep().lr(1e-2).weight_decay(0.01);
+  double norm = 0.0;
+  if (folded) {
+    norm = F::global_norm(half_grads).item<double>() * coef;
+    const double clip = clip_coefficient(norm, max_norm);
+    F::adamw_step({params, half_grads, m, v}, step.grad_scale(coef * clip));
+  } else {
+    std::vector<torch::Tensor> grads;
+    for (const auto& g : half_grads) grads.push_back(g.to(torch::kFloat));
+    F::unscale_and_check(grads, coef);
+    norm = F::global_norm(grads).item<double>();
+    const double clip = clip_coefficient(norm, max_norm);
+    if (clip < 1.0) F::unscale_and_check(grads, clip);
+    F::adamw_step({params, grads, m, v}, step);
+  }
+  return {norm, params, m, v};
+}
+
+TEST(Fused, FoldedUnscaleAndClipEqualTheSeparatePasses) {
+  for (double max_norm : {0.0, 1e-3}) {  // no clipping, and a clip that applies
+    const auto old_full = fp16_boundary(false, 1.0, 4096.0, max_norm);
+    const auto new_full = fp16_boundary(true, 1.0, 4096.0, max_norm);
+    EXPECT_EQ(new_full.norm, old_full.norm) << "max_norm " << max_norm;
+    for (size_t i = 0; i < old_full.params.size(); ++i) {
+      EXPECT_TRUE(torch::equal(new_full.params[i], old_full.params[i])) << i << " " << max_norm;
+      EXPECT_TRUE(torch::equal(new_full.exp_avg[i], old_full.exp_avg[i])) << i;
+      EXPECT_TRUE(torch::equal(new_full.exp_avg_sq[i], old_full.exp_avg_sq[i])) << i;
+    }
+    const auto old_early = fp16_boundary(false, 4.0 / 3.0, 4096.0, max_norm);
+    const auto new_early = fp16_boundary(true, 4.0 / 3.0, 4096.0, max_norm);
+    EXPECT_NEAR(new_early.norm, old_early.norm, 1e-6 * old_early.norm);
+    for (size_t i = 0; i < old_early.params.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(new_early.params[i], old_early.params[i], 1e-6, 1e-7)) << i;
+    }
+  }
+}
+
+TEST(FusedAdamW, TheEngineFoldsTheUnscaleAndTheClipIntoTheUpdate) {
+  // fp16, FusedAdamW (torch_adam false) against LibTorch's AdamW (separate passes): the
+  // same norm at the first boundary, bit for bit, and the same weights to rounding.
+  const std::string config = R"({"train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 2, "gradient_clipping": 0.01, "steps_per_print": 1000000,
+      "fp16": {"enabled": true, "initial_scale_power": 10},
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "torch_adam": )";
+  struct Scale : torch::nn::Module {
+    torch::Tensor w = register_parameter("w", torch::linspace(0.2, 0.8, 4));
+  };
+  auto fused_model = std::make_shared<Scale>();
+  auto torch_model = std::make_shared<Scale>();
+  auto fused_engine = initialize(fused_model, Config::from_string(config + "false}}}"));
+  auto torch_engine = initialize(torch_model, Config::from_string(config + "true}}}"));
+  ASSERT_NE(dynamic_cast<FusedAdamW*>(&fused_engine.optimizer()), nullptr);
+  for (int t = 0; t < 6; ++t) {
+    for (auto [model, engine] : {std::pair{fused_model.get(), &fused_engine},
+                                 std::pair{torch_model.get(), &torch_engine}}) {
+      torch::manual_seed(t);
+      const auto x = torch::randn({2, 4}).to(torch::kHalf);
+      engine->backward((x * model->w).sum(1).pow(2).mean());
+      engine->step();
+    }
+    if (t == 1) EXPECT_EQ(fused_engine.global_grad_norm(), torch_engine.global_grad_norm());
+  }
+  EXPECT_EQ(fused_engine.global_steps(), 3);
+  EXPECT_TRUE(torch::allclose(fused_engine.precision().optimizer_params()[0],
+                              torch_engine.precision().optimizer_params()[0], 1e-5, 1e-6));
+  EXPECT_FALSE(fused_model->w.grad().defined()) << "the step still sets the gradients to none";
 }
 
 // --- CUDA kernels against the ATen backend ------------------------------------------
