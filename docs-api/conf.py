@@ -38,7 +38,10 @@ def header_directives(xml_dir, header):
                    if c.get("kind") == "file" and c.findtext("name") == os.path.basename(header))
     file_xml = ET.parse(os.path.join(xml_dir, file_id + ".xml")).getroot()
     out = []
+    classes = {c.findtext("name") for c in index.iter("compound") if c.get("kind") in ("class", "struct")}
     for inner in file_xml.iter("innerclass"):
+        if inner.text.rsplit("::", 1)[0] in classes:
+            continue  # a nested class (Context::Pending): its outer class's :members: shows it
         kind = "doxygenstruct" if inner.get("refid").startswith("struct") else "doxygenclass"
         out += [f".. {kind}:: {inner.text}", "   :members:", ""]
     for m in file_xml.iter("memberdef"):

@@ -220,6 +220,7 @@ void parse_stepwise(ObjectReader r, StepwiseOptions& out) {
   r.get("check_grads_changed", out.check_grads_changed);
   r.get("check_params_changed", out.check_params_changed);
   r.get("reduce_bucket_size", out.reduce_bucket_size);
+  r.get("overlap_comm", out.overlap_comm);
   r.finish();
   detail::check_positive("stepwise.reduce_bucket_size", out.reduce_bucket_size);
 }

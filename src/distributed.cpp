@@ -1,6 +1,7 @@
 // The c10d process group (Gloo or NCCL), the global context and the bucketed reducer.
 #include <stepwise/config.h>
 #include <stepwise/distributed.h>
+#include <stepwise/errors.h>
 
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iostream>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -192,6 +194,57 @@ void Context::all_reduce_sum(torch::Tensor& tensor, const std::string& what) {
     fail("all-reduce of " + what, e);
   }
   if (moved) tensor.copy_(tensors[0]);
+}
+
+struct Context::Pending::Impl {
+  decltype(std::declval<detail::Group&>().allreduce(std::declval<std::vector<torch::Tensor>&>(),
+                                                    c10d::AllreduceOptions())) work;
+  std::vector<torch::Tensor> tensors;  // kept alive until the work is done
+  std::string what;
+  std::chrono::milliseconds timeout{};
+  bool waited = false;
+};
+
+Context::Pending::Pending(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Context::Pending::~Pending() {
+  if (!impl_ || impl_->waited || !impl_->work) return;
+  try {
+    impl_->work->wait(impl_->timeout);  // the backend must not write into freed memory
+  } catch (const std::exception& e) {
+    std::cerr << "[stepwise] " << impl_->what << " failed while unwinding: " << e.what() << "\n";
+  }
+}
+
+std::unique_ptr<Context::Pending> Context::all_reduce_sum_start(torch::Tensor& tensor,
+                                                                const std::string& what) {
+  STEPWISE_CHECK(tensor.device() == impl_->device, std::invalid_argument,
+                 "all_reduce_sum_start: ", what, " is on ", tensor.device(), ", the ",
+                 backend_name(), " backend works on ", impl_->device);
+  auto pending = std::make_unique<Pending::Impl>();
+  pending->tensors = {tensor};
+  pending->what = what;
+  pending->timeout = timeout_;
+  try {
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    options.timeout = timeout_;
+    pending->work = impl_->group->allreduce(pending->tensors, options);
+  } catch (const std::exception& e) {
+    fail("all-reduce of " + what, e);
+  }
+  return std::unique_ptr<Pending>(new Pending(std::move(pending)));
+}
+
+void Context::wait(Pending& pending) {
+  auto& p = *pending.impl_;
+  if (p.waited) return;
+  p.waited = true;
+  try {
+    p.work->wait(timeout_);
+  } catch (const std::exception& e) {
+    fail("all-reduce of " + p.what, e);
+  }
 }
 
 void Context::broadcast(torch::Tensor& tensor, int64_t root, const std::string& what) {

@@ -89,6 +89,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
   precision_ = std::make_unique<Precision>(config_, *model_);
   optimizer_ = choose_optimizer(config_, std::move(client_optimizer), *precision_);
   precision_->attach(*optimizer_);
+  // 4. then, with the model's final dtype, the reducer makes the gradients bucket views.
+  reducer_->attach(precision_->model_params());
   STEPWISE_CHECK(!(client_scheduler && config_.scheduler), ConfigError,
                  "both a client LR scheduler and a \"scheduler\" config section (type \"",
                  config_.scheduler ? config_.scheduler->type() : "",
@@ -129,7 +131,12 @@ torch::Tensor Engine::backward(const torch::Tensor& loss, const BackwardOptions&
   // FACT 1 and 2: the engine divides by GAS and returns what it backpropagated.
   torch::Tensor scaled =
       scale ? loss / static_cast<double>(sizes_.gradient_accumulation_steps) : loss;
+  // W > 1: the backward that ends a window (counted, not set by hand: then several may
+  // come before the step) starts each bucket's all-reduce once the bucket is full.
+  reducer_->before_backward(config_.stepwise.overlap_comm && !accumulator_.manual_boundary() &&
+                            accumulator_.is_boundary());
   precision_->scale_loss(scaled).backward();  // * S inside for fp16; never in the return
+  reducer_->after_backward();
   leftover_checks_->after_backward(accumulator_.is_boundary());
   backward_time_ += Clock::now() - start;
   scaled = scaled.detach();
@@ -217,14 +224,16 @@ void Engine::boundary_step(int64_t samples, double grad_factor, bool ends_early)
   // Unscale (fp16) and check for overflow; one host sync for the norm and the flag. An
   // optimizer that TakesGradScale does the unscale and the clip in its own pass (NOTE:
   // [folded unscale]): two passes over the gradients in all.
+  // The reducer summed: its 1/W joins the unscale (NOTE: [bucket views]).
+  const double factor = grad_factor * reducer_->mean_factor();
   auto* folds = dynamic_cast<TakesGradScale*>(optimizer_.get());
   const GradientStats stats =
-      folds ? precision_->check_unscaled(grad_factor) : precision_->unscale_and_check(grad_factor);
+      folds ? precision_->check_unscaled(factor) : precision_->unscale_and_check(factor);
   global_grad_norm_ = stats.norm;
   const bool skip = stats.overflow;  // an fp16 overflow skips the optimizer AND the scheduler
   if (!skip) {
     if (folds) {
-      folds->set_grad_scale(precision_->grad_scale(grad_factor) *
+      folds->set_grad_scale(precision_->grad_scale(factor) *
                             clip_coefficient(stats.norm, config_.gradient_clipping));
     } else {
       clip_grads_with_norm(precision_->optimizer_params(), stats.norm, config_.gradient_clipping);
@@ -232,7 +241,8 @@ void Engine::boundary_step(int64_t samples, double grad_factor, bool ends_early)
     optimizer_->step();
     precision_->copy_to_model();
   }
-  precision_->zero_grads();  // set_to_none, also after a skipped step
+  precision_->zero_grads();   // set_to_none, also after a skipped step
+  reducer_->restore_grads();  // W > 1: zeros in the buckets instead (NOTE: [bucket views])
   if (scheduler_ && !skip) {
     scheduler_->step();
     scheduler_steps_taken_ += 1;

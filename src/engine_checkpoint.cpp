@@ -636,6 +636,7 @@ void Engine::apply_load(detail::LoadPlan& plan) {
     global_grad_norm_ = plan.global_grad_norm;
     last_window_losses_ = plan.last_window_losses;
     last_window_factor_ = plan.last_window_factor;
+    reducer_->restore_grads();  // W > 1: into the buckets (NOTE: [bucket views])
   }
   // The load changed weights and gradients on purpose: the guard rails start afresh.
   leftover_checks_ = std::make_unique<detail::LeftoverChecks>(

@@ -4,9 +4,12 @@
 #include <stepwise/distributed.h>
 #include <stepwise/errors.h>
 
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
 
 #include <functional>
+#include <mutex>
 #include <sstream>
 
 namespace stepwise::distributed {
@@ -16,10 +19,181 @@ void GradientReducer::reduce(std::vector<torch::Tensor>& params) {
   finalize();
 }
 
+// What a bucket is when attached (see NOTE: [bucket views]).
+struct BucketedReducer::Bucket {
+  torch::Tensor buffer;        // the parameters' gradients are views into it
+  torch::Tensor wire;          // what c10d sums: `buffer`, or a float copy (bf16 on Gloo)
+  std::vector<size_t> params;  // indices into params_
+  size_t ready = 0;            // gradients in, during an armed backward
+  std::unique_ptr<Context::Pending> pending;  // the all-reduce in flight
+  bool launched = false;
+};
+
+// The autograd hooks outlive neither the reducer's effect nor its memory: they call
+// through this, which the reducer clears when it is destroyed.
+struct BucketedReducer::HookTarget {
+  std::mutex mutex;
+  BucketedReducer* reducer = nullptr;
+};
+
+namespace {
+
+// Runs after AccumulateGrad has added this backward's gradient into `.grad`.
+class ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(std::shared_ptr<void> target, BucketedReducer* (*get)(void*), size_t index)
+      : target_(std::move(target)), get_(get), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    if (BucketedReducer* reducer = get_(target_.get())) reducer->gradient_ready(index_);
+    return outputs;
+  }
+
+ private:
+  std::shared_ptr<void> target_;
+  BucketedReducer* (*get_)(void*);
+  size_t index_;
+};
+
+// Gloo (LibTorch 1.13) has no bfloat16 all-reduce ("Invalid scalar type"): a bf16
+// bucket on the CPU is summed as fp32, then rounded back into the gradients.
+torch::ScalarType wire_dtype(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 && t.device().is_cpu() ? torch::kFloat
+                                                                    : t.scalar_type();
+}
+
+}  // namespace
+
 BucketedReducer::BucketedReducer(std::shared_ptr<Context> context, int64_t bucket_size)
     : context_(std::move(context)), bucket_size_(bucket_size) {
   STEPWISE_CHECK(bucket_size_ > 0, ConfigError, "stepwise.reduce_bucket_size must be > 0, got ",
                  bucket_size_);
+}
+
+BucketedReducer::~BucketedReducer() {
+  if (hook_target_) {
+    std::lock_guard<std::mutex> lock(hook_target_->mutex);
+    hook_target_->reducer = nullptr;
+  }
+}
+
+void BucketedReducer::attach(std::vector<torch::Tensor>& params) {
+  if (!context_ || context_->world_size() == 1 || !params_.empty()) return;
+  torch::NoGradGuard no_grad;
+  params_ = params;
+  views_.resize(params_.size());
+  bucket_of_.resize(params_.size());
+  // Reverse registration order (backward's), split by dtype and device and by size.
+  int64_t numel = 0;
+  for (size_t k = params_.size(); k-- > 0;) {
+    const auto& p = params_[k];
+    const bool other_kind =
+        !buckets_.empty() && (buckets_.back()->buffer.scalar_type() != p.scalar_type() ||
+                              buckets_.back()->buffer.device() != p.device());
+    if (buckets_.empty() || other_kind || numel + p.numel() > bucket_size_) {
+      buckets_.push_back(std::make_unique<Bucket>());
+      buckets_.back()->buffer = torch::empty({0}, p.options());  // dtype, device; sized below
+      numel = 0;
+    }
+    buckets_.back()->params.push_back(k);
+    bucket_of_[k] = buckets_.size() - 1;
+    numel += p.numel();
+  }
+  for (auto& b : buckets_) {
+    int64_t total = 0;
+    for (size_t k : b->params) total += params_[k].numel();
+    b->buffer = torch::zeros({total}, b->buffer.options());
+    b->wire = wire_dtype(b->buffer) == b->buffer.scalar_type()
+                  ? b->buffer
+                  : torch::empty({total}, b->buffer.options().dtype(wire_dtype(b->buffer)));
+    int64_t at = 0;
+    for (size_t k : b->params) {
+      views_[k] = b->buffer.narrow(0, at, params_[k].numel()).view(params_[k].sizes());
+      at += params_[k].numel();
+      adopt(k);
+    }
+  }
+  // One hook per parameter, on the node that accumulates its gradient.
+  hook_target_ = std::make_shared<HookTarget>();
+  hook_target_->reducer = this;
+  auto get = [](void* target) {
+    auto* t = static_cast<HookTarget*>(target);
+    std::lock_guard<std::mutex> lock(t->mutex);
+    return t->reducer;
+  };
+  for (size_t k = 0; k < params_.size(); ++k) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[k]);
+    if (!accumulator) continue;  // not a leaf that requires grad: reduced at step()
+    accumulator->add_post_hook(std::make_unique<ReadyHook>(hook_target_, +get, k));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+void BucketedReducer::adopt(size_t k) {
+  const torch::Tensor& grad = params_[k].grad();
+  if (grad.defined() && grad.is_same(views_[k])) return;
+  torch::NoGradGuard no_grad;
+  if (grad.defined() && grad.data_ptr() == views_[k].data_ptr()) {
+    params_[k].mutable_grad() = views_[k];
+    return;
+  }
+  // Set elsewhere (a load, or a caller who replaced .grad): its values move in, once.
+  if (grad.defined()) {
+    views_[k].copy_(grad);
+  } else {
+    views_[k].zero_();
+  }
+  params_[k].mutable_grad() = views_[k];
+}
+
+void BucketedReducer::before_backward(bool last_of_window) {
+  armed_ = !params_.empty() && last_of_window;
+  in_backward_ = true;
+}
+
+void BucketedReducer::gradient_ready(size_t k) {
+  if (!armed_ || k >= params_.size()) return;
+  adopt(k);
+  Bucket& b = *buckets_[bucket_of_[k]];
+  if (++b.ready == b.params.size()) launch_ready();
+}
+
+void BucketedReducer::launch_ready() {
+  // Every rank must start the same all-reduces in the same order: bucket i only after
+  // buckets 0..i-1, whatever order this rank's backward fills them in.
+  while (next_launch_ < buckets_.size() &&
+         buckets_[next_launch_]->ready == buckets_[next_launch_]->params.size()) {
+    launch(*buckets_[next_launch_++]);
+  }
+}
+
+void BucketedReducer::launch(Bucket& b) {
+  if (!b.wire.is_same(b.buffer)) b.wire.copy_(b.buffer);
+  const auto start = std::chrono::steady_clock::now();
+  b.pending = context_->all_reduce_sum_start(
+      b.wire, c10::str("gradient bucket ", &b - buckets_.front().get() + 1, " (", b.wire.numel(),
+                       " elements)"));
+  time_ += std::chrono::steady_clock::now() - start;
+  b.launched = true;
+  calls_ += 1;
+  if (in_backward_) overlapped_ += 1;
+}
+
+void BucketedReducer::wait(Bucket& b) {
+  if (!b.launched || !b.pending) return;
+  const auto start = std::chrono::steady_clock::now();
+  context_->wait(*b.pending);
+  time_ += std::chrono::steady_clock::now() - start;
+  b.pending.reset();
+  if (!b.wire.is_same(b.buffer)) b.buffer.copy_(b.wire);
+}
+
+void BucketedReducer::after_backward() {
+  in_backward_ = false;
+  if (!armed_) return;
+  // The buckets started during backward are done before backward() returns, so what the
+  // caller sees between backward() and step() (and the guard rails' fingerprints) stays.
+  for (size_t i = 0; i < next_launch_; ++i) wait(*buckets_[i]);
 }
 
 // NOTE: [undefined gradients] A parameter the loss did not reach has no
@@ -27,6 +201,7 @@ BucketedReducer::BucketedReducer(std::shared_ptr<Context> context, int64_t bucke
 // same tensors in the same buckets, so it is reduced as zeros.
 void BucketedReducer::add(torch::Tensor& param) {
   if (!context_ || context_->world_size() == 1) return;
+  if (!params_.empty()) return;  // attached: finalize() reduces every bucket
   torch::Tensor grad = param.grad();
   if (!grad.defined()) {
     param.mutable_grad() = torch::zeros_like(param);
@@ -41,8 +216,30 @@ void BucketedReducer::add(torch::Tensor& param) {
 }
 
 void BucketedReducer::finalize() {
+  if (!params_.empty()) {
+    torch::NoGradGuard no_grad;
+    for (size_t k = 0; k < params_.size(); ++k) adopt(k);
+    for (auto& b : buckets_) b->ready = b->params.size();  // unreached: reduced as zeros
+    launch_ready();
+    for (auto& b : buckets_) {
+      wait(*b);
+      b->ready = 0;
+      b->launched = false;
+    }
+    next_launch_ = 0;
+    armed_ = false;
+    return;
+  }
   flush();
   bucket_in_step_ = 0;
+}
+
+double BucketedReducer::mean_factor() const {
+  return params_.empty() || !context_ ? 1.0 : 1.0 / static_cast<double>(context_->world_size());
+}
+
+void BucketedReducer::restore_grads() {
+  for (size_t k = 0; k < params_.size(); ++k) adopt(k);
 }
 
 void BucketedReducer::flush() {
@@ -55,11 +252,7 @@ void BucketedReducer::flush() {
   if (buffers_.size() <= index) buffers_.resize(index + 1);
   torch::Tensor& bucket = buffers_[index];
   const auto& first = pending_.front();
-  // Gloo (LibTorch 1.13) has no bfloat16 all-reduce ("Invalid scalar type"): a bf16
-  // bucket on the CPU is summed as fp32, then rounded back into the gradients.
-  const auto dtype = first.scalar_type() == torch::kBFloat16 && first.device().is_cpu()
-                         ? torch::kFloat
-                         : first.scalar_type();
+  const auto dtype = wire_dtype(first);
   if (!bucket.defined() || bucket.numel() != pending_numel_ || bucket.scalar_type() != dtype ||
       bucket.device() != first.device()) {
     bucket = torch::empty({pending_numel_}, first.options().dtype(dtype));
@@ -85,10 +278,12 @@ void BucketedReducer::flush() {
 }
 
 int64_t BucketedReducer::num_buckets(const std::vector<torch::Tensor>& params) const {
+  // The attached layout: reverse order, split by dtype and by size.
   int64_t buckets = 0;
   int64_t numel = 0;
   c10::optional<torch::ScalarType> kind;
-  for (const auto& p : params) {
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    const auto& p = *it;
     if (!kind || *kind != p.scalar_type() || numel + p.numel() > bucket_size_) {
       if (kind) buckets += 1;
       numel = 0;

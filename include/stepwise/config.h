@@ -108,6 +108,10 @@ struct StepwiseOptions {
   /// Elements per flat all-reduce bucket when W > 1 (DeepSpeed's stage-0 bucket
   /// is 500,000,000 elements and has no key).
   int64_t reduce_bucket_size = 500000000;
+  /// When W > 1, start each bucket's all-reduce during the backward() that ends the
+  /// window, as soon as the bucket is full (DeepSpeed's overlap_comm); false: all at
+  /// step() (NOTE: [bucket views]).
+  bool overlap_comm = true;
 };
 
 /// What a save does when the ranks pass different checkpoint tags

@@ -89,7 +89,8 @@ class Engine {
   /// boundary ((micro_steps + 1) % GAS == 0) it averages the gradients over
   /// the W data-parallel ranks (W > 1 only), unscales them (fp16), computes
   /// the global gradient norm, clips (gradient_clipping), steps the optimizer,
-  /// sets the gradients to none, and steps the LR scheduler the engine owns (FACT 3:
+  /// sets the gradients to none (W > 1: zeros in the reducer's buckets, NOTE: [bucket
+  /// views]), and steps the LR scheduler the engine owns (FACT 3:
   /// the user must not step it, nor call optimizer.step()). On an fp16 overflow
   /// (on any rank) it skips the optimizer AND the scheduler step, but
   /// global_steps still advances and skipped_steps counts it. Throws UsageError when no

@@ -36,7 +36,7 @@ TEST(Config, ConfigKeysAreTheParsersOwnReads) {
     }
     return ConfigKey{path, "missing", "missing"};
   };
-  EXPECT_EQ(keys.size(), 64u);
+  EXPECT_EQ(keys.size(), 65u);
   EXPECT_EQ(find("stepwise.check_params_changed").default_value, "true");
   EXPECT_EQ(find("optimizer.params.betas").type, "[number, number]");
   EXPECT_EQ(find("optimizer.params.betas").default_value, "[0.9,0.999]");
@@ -273,7 +273,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"StepwiseUnknownKey", R"({"train_batch_size": 8, "stepwise": {"strict": false}})",
                   "unknown key stepwise.strict (value false); valid keys here are: "
                   "strict_cadence, scale_wrt_gas, check_grads_cleared, check_grads_changed, "
-                  "check_params_changed, reduce_bucket_size"},
+                  "check_params_changed, reduce_bucket_size, overlap_comm"},
         ErrorCase{"ReduceBucketSizeZero",
                   R"({"train_batch_size": 8, "stepwise": {"reduce_bucket_size": 0}})",
                   "stepwise.reduce_bucket_size must be a positive integer, got 0"},

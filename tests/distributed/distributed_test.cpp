@@ -172,17 +172,27 @@ TEST_F(DataParallel, TwoRanksMatchOneRankWithTheSameGlobalBatch) {
 }
 
 TEST_F(DataParallel, AllReduceCallsPerStepEqualBucketsAndNoneOffTheBoundary) {
-  // Linear(4, 1): weight (4 elements) and bias (1). Bucket 4: 2 buckets; 1000: 1.
-  for (const char* bucket : {"4", "1000"}) {
-    const std::string out = ::testing::TempDir() + "/stepwise_dp_count";
-    auto ranks = run_ranks(2, {"train", "2", "3", "2", bucket, out}, std::chrono::seconds(120));
-    for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
-      const std::string expected = std::string(bucket) == "4" ? "2 buckets, 4 all-reduce calls"
-                                                              : "1 buckets, 2 all-reduce calls";
-      EXPECT_NE(ranks[r].output.find(expected), std::string::npos) << ranks[r].output;
+  // Linear(4, 1): weight (4 elements) and bias (1). Bucket 4: 2 buckets; 1000: 1. With
+  // stepwise.overlap_comm (the default) every bucket's all-reduce starts during the
+  // backward() that ends the window (the loss reaches every parameter); without, in step().
+  for (const bool overlap : {true, false}) {
+    ::setenv("STEPWISE_WORKER_OVERLAP_COMM", overlap ? "1" : "0", 1);
+    for (const char* bucket : {"4", "1000"}) {
+      const std::string out = ::testing::TempDir() + "/stepwise_dp_count";
+      auto ranks = run_ranks(2, {"train", "2", "3", "2", bucket, out}, std::chrono::seconds(120));
+      const int calls = std::string(bucket) == "4" ? 4 : 2;
+      const std::string expected =
+          c10::str(calls / 2, " buckets, ", calls, " all-reduce calls in 2 steps, ",
+                   overlap ? calls : 0, " started during backward");
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
+        EXPECT_NE(ranks[r].output.find(expected), std::string::npos)
+            << "expected \"" << expected << "\"\n"
+            << ranks[r].output;
+      }
     }
   }
+  ::unsetenv("STEPWISE_WORKER_OVERLAP_COMM");
 }
 
 struct CkptScaleImpl : torch::nn::Module {
@@ -257,6 +267,16 @@ TEST_F(DataParallel, ARankKilledInsideASaveLeavesThePreviousCheckpoint) {
       "optimizer": {"type": "Adam", "params": {"lr": 0.05}}})"));
   EXPECT_EQ(engine.load_checkpoint(dir).path, dir + "/before");
   std::filesystem::remove_all(dir);
+}
+
+TEST_F(DataParallel, AnFp16OverflowOnOneRankSkipsTheStepOnEveryRank) {
+  auto ranks = run_ranks(2, {"overflow"}, std::chrono::seconds(120));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
+    EXPECT_NE(ranks[r].output.find("overflow on rank 1 skipped 1 step on this rank"),
+              std::string::npos)
+        << ranks[r].output;
+  }
 }
 
 TEST_F(DataParallel, DeepSpeedWs2TracePerMicroStepAndRank) {

@@ -12,6 +12,7 @@
 //   worker checkpoint DIR                saves at every micro-step of a window and resumes
 //                                        in fresh engines: bitwise the uninterrupted run;
 //                                        then tag validation and errors on one rank
+//   worker overflow                      fp16: an inf on rank 1 only skips the step on both
 //   worker kill-save DIR                 saves "before", then rank 1 dies inside the save
 //                                        of "after"; rank 0 must fail, "before" stays
 #include <stepwise/stepwise.h>
@@ -21,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -54,6 +56,10 @@ stepwise::Config config_for(int64_t mbs, int64_t gas, int64_t bucket) {
                          {"steps_per_print", 1000000000},
                          {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.05}}}}},
                          {"stepwise", {{"reduce_bucket_size", bucket}}}};
+  // The test sets it to compare the all-reduces started during backward with and without.
+  if (const char* overlap = std::getenv("STEPWISE_WORKER_OVERLAP_COMM")) {
+    json["stepwise"]["overlap_comm"] = std::string(overlap) == "1";
+  }
   return stepwise::Config::from_json(json);
 }
 
@@ -136,6 +142,9 @@ int run_train(int64_t mbs, int64_t gas, int64_t steps, int64_t bucket, const std
   std::vector<torch::Tensor> params = model->parameters();
   const int64_t buckets =
       world == 1 ? 0 : stepwise::distributed::BucketedReducer(nullptr, bucket).num_buckets(params);
+  // W > 1: the gradients live in the reducer's buckets (NOTE: [bucket views]): the same
+  // storage at every micro-step, never reallocated or copied, zeros after each step.
+  const void* storage = world > 1 ? model->weight.grad().data_ptr() : nullptr;
   for (int64_t t = 0; t < steps * gas; ++t) {
     auto [x, y] = reference_samples(reference_start(t, gas, mbs, world, rank), mbs);
     const int64_t before = reducer.all_reduce_calls();
@@ -146,9 +155,16 @@ int run_train(int64_t mbs, int64_t gas, int64_t steps, int64_t bucket, const std
     check(calls == (boundary ? buckets : 0),
           "micro-step " + std::to_string(t) + ": " + std::to_string(calls) +
               " all-reduce calls, expected " + std::to_string(boundary ? buckets : 0));
+    if (world > 1) {
+      check(model->weight.grad().defined() && model->weight.grad().data_ptr() == storage,
+            "micro-step " + std::to_string(t) + ": the weight's gradient left its bucket");
+    }
   }
+  const auto* bucketed = dynamic_cast<const stepwise::distributed::BucketedReducer*>(&reducer);
   std::cout << "rank " << rank << ": " << buckets << " buckets, " << reducer.all_reduce_calls()
-            << " all-reduce calls in " << steps << " steps" << std::endl;
+            << " all-reduce calls in " << steps << " steps, "
+            << (bucketed ? bucketed->overlapped_calls() : 0) << " started during backward"
+            << std::endl;
   std::ofstream file(out + "." + std::to_string(rank), std::ios::binary);
   for (const auto& p : params) {
     auto c = p.detach().to(torch::kCPU).contiguous();
@@ -372,7 +388,9 @@ int run_checkpoint(const std::string& dir) {
                     "CheckpointError says why)";
     check(error.find(expected) != std::string::npos,
           "a missing window file on rank 1: got \"" + error + "\"");
-    check(engine.micro_steps() == 0 && !model->w.grad().defined(),
+    // (a fresh engine at W = 2: its gradients are zeros in the buckets, NOTE: [bucket views])
+    check(engine.micro_steps() == 0 && model->w.grad().defined() &&
+              model->w.grad().abs().sum().item<double>() == 0.0,
           "a failed load left this rank's engine changed");
   }
   // A checkpoint saved inside a window at W = 1 (by the test, before the ranks started):
@@ -392,6 +410,40 @@ int run_checkpoint(const std::string& dir) {
   }
   std::cout << "rank " << rank << ": checkpoint resume checked in " << cycles
             << " save/load cycles, " << failures << " failures" << std::endl;
+  stepwise::distributed::shutdown();
+  return failures == 0 ? 0 : 1;
+}
+
+// fp16, W = 2: an inf in rank 1's gradients only (at the boundary micro-step of the
+// second window) skips that step on both ranks, with no collective beyond the
+// gradients' own all-reduce (the inf is in the sum), and the ranks stay identical.
+int run_overflow() {
+  Scale model;
+  auto engine = stepwise::initialize(model, checkpoint_config("fp16", false, 2));
+  const int64_t rank = stepwise::distributed::rank();
+  const auto& reducer = engine.gradient_reducer();
+  for (int64_t t = 0; t < 6; ++t) {
+    torch::manual_seed(1000 + 2 * t + rank);
+    auto x = torch::randn({2, 4}).to(torch::kHalf);
+    auto loss = (model->forward(x) - 1.0).pow(2).mean();
+    if (rank == 1 && t == 3) loss = loss * std::numeric_limits<float>::infinity();
+    const int64_t calls = reducer.all_reduce_calls();
+    engine.backward(loss);
+    engine.step();
+    if (t == 3) {
+      check(!engine.was_step_applied(), "rank " + std::to_string(rank) + ": step 2 was applied");
+      check(reducer.all_reduce_calls() - calls == 1, "an extra collective at the overflow");
+    }
+  }
+  check(engine.skipped_steps() == 1 && engine.global_steps() == 3,
+        "skipped " + std::to_string(engine.skipped_steps()) + " of " +
+            std::to_string(engine.global_steps()) + " steps, expected 1 of 3");
+  const auto all = stepwise::distributed::default_context()->all_gather(
+      engine.precision().optimizer_params()[0].detach(), "test: the masters");
+  check(torch::equal(all[0], all[1]), "the ranks' fp32 masters differ");
+  std::cout << "rank " << rank << ": overflow on rank 1 skipped " << engine.skipped_steps()
+            << " step on this rank, loss scale " << engine.loss_scale() << ", " << failures
+            << " failures" << std::endl;
   stepwise::distributed::shutdown();
   return failures == 0 ? 0 : 1;
 }
@@ -441,6 +493,7 @@ int main(int argc, char** argv) {
     if (args.size() == 1 && args[0] == "broadcast-fp16") return run_broadcast_fp16();
     if (args.size() == 2 && args[0] == "checkpoint") return run_checkpoint(args[1]);
     if (args.size() == 2 && args[0] == "kill-save") return run_kill_save(args[1]);
+    if (args.size() == 1 && args[0] == "overflow") return run_overflow();
   } catch (const std::exception& e) {
     std::cout << "error: " << e.what() << std::endl;
     return 3;
