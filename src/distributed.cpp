@@ -184,16 +184,9 @@ torch::Device Context::device() const { return impl_->device; }
 void Context::all_reduce_sum(torch::Tensor& tensor, const std::string& what) {
   // NCCL takes CUDA tensors only, Gloo CPU ones (see device()).
   const bool moved = tensor.device() != impl_->device;
-  std::vector<torch::Tensor> tensors{moved ? tensor.to(impl_->device) : tensor};
-  try {
-    c10d::AllreduceOptions options;
-    options.reduceOp = c10d::ReduceOp::SUM;
-    options.timeout = timeout_;
-    impl_->group->allreduce(tensors, options)->wait(timeout_);
-  } catch (const std::exception& e) {
-    fail("all-reduce of " + what, e);
-  }
-  if (moved) tensor.copy_(tensors[0]);
+  torch::Tensor on_device = moved ? tensor.to(impl_->device) : tensor;
+  wait(*all_reduce_sum_start(on_device, what));
+  if (moved) tensor.copy_(on_device);
 }
 
 struct Context::Pending::Impl {

@@ -26,7 +26,6 @@ struct BucketedReducer::Bucket {
   std::vector<size_t> params;  // indices into params_
   size_t ready = 0;            // gradients in, during an armed backward
   std::unique_ptr<Context::Pending> pending;  // the all-reduce in flight
-  bool launched = false;
 };
 
 // The autograd hooks outlive neither the reducer's effect nor its memory: they call
@@ -62,6 +61,27 @@ torch::ScalarType wire_dtype(const torch::Tensor& t) {
                                                                     : t.scalar_type();
 }
 
+// NOTE: [bucket views] layout: the indices of `params` in each bucket, in reverse
+// registration order (backward's), a new bucket at each change of dtype or device and
+// before `bucket_size` elements would be exceeded.
+std::vector<std::vector<size_t>> bucket_layout(const std::vector<torch::Tensor>& params,
+                                               int64_t bucket_size) {
+  std::vector<std::vector<size_t>> buckets;
+  int64_t numel = 0;
+  for (size_t k = params.size(); k-- > 0;) {
+    const auto& p = params[k];
+    const auto& last = buckets.empty() ? p : params[buckets.back().front()];
+    if (buckets.empty() || last.scalar_type() != p.scalar_type() || last.device() != p.device() ||
+        numel + p.numel() > bucket_size) {
+      buckets.emplace_back();
+      numel = 0;
+    }
+    buckets.back().push_back(k);
+    numel += p.numel();
+  }
+  return buckets;
+}
+
 }  // namespace
 
 BucketedReducer::BucketedReducer(std::shared_ptr<Context> context, int64_t bucket_size)
@@ -83,32 +103,21 @@ void BucketedReducer::attach(std::vector<torch::Tensor>& params) {
   params_ = params;
   views_.resize(params_.size());
   bucket_of_.resize(params_.size());
-  // Reverse registration order (backward's), split by dtype and device and by size.
-  int64_t numel = 0;
-  for (size_t k = params_.size(); k-- > 0;) {
-    const auto& p = params_[k];
-    const bool other_kind =
-        !buckets_.empty() && (buckets_.back()->buffer.scalar_type() != p.scalar_type() ||
-                              buckets_.back()->buffer.device() != p.device());
-    if (buckets_.empty() || other_kind || numel + p.numel() > bucket_size_) {
-      buckets_.push_back(std::make_unique<Bucket>());
-      buckets_.back()->buffer = torch::empty({0}, p.options());  // dtype, device; sized below
-      numel = 0;
-    }
-    buckets_.back()->params.push_back(k);
-    bucket_of_[k] = buckets_.size() - 1;
-    numel += p.numel();
-  }
-  for (auto& b : buckets_) {
+  for (auto& indices : bucket_layout(params_, bucket_size_)) {
+    auto& b = *buckets_.emplace_back(std::make_unique<Bucket>());
+    b.params = std::move(indices);
     int64_t total = 0;
-    for (size_t k : b->params) total += params_[k].numel();
-    b->buffer = torch::zeros({total}, b->buffer.options());
-    b->wire = wire_dtype(b->buffer) == b->buffer.scalar_type()
-                  ? b->buffer
-                  : torch::empty({total}, b->buffer.options().dtype(wire_dtype(b->buffer)));
+    for (size_t k : b.params) {
+      total += params_[k].numel();
+      bucket_of_[k] = buckets_.size() - 1;
+    }
+    b.buffer = torch::zeros({total}, params_[b.params.front()].options());
+    b.wire = wire_dtype(b.buffer) == b.buffer.scalar_type()
+                 ? b.buffer
+                 : torch::empty({total}, b.buffer.options().dtype(wire_dtype(b.buffer)));
     int64_t at = 0;
-    for (size_t k : b->params) {
-      views_[k] = b->buffer.narrow(0, at, params_[k].numel()).view(params_[k].sizes());
+    for (size_t k : b.params) {
+      views_[k] = b.buffer.narrow(0, at, params_[k].numel()).view(params_[k].sizes());
       at += params_[k].numel();
       adopt(k);
     }
@@ -163,24 +172,23 @@ void BucketedReducer::launch_ready() {
   // buckets 0..i-1, whatever order this rank's backward fills them in.
   while (next_launch_ < buckets_.size() &&
          buckets_[next_launch_]->ready == buckets_[next_launch_]->params.size()) {
-    launch(*buckets_[next_launch_++]);
+    launch(next_launch_++);
   }
 }
 
-void BucketedReducer::launch(Bucket& b) {
+void BucketedReducer::launch(size_t index) {
+  Bucket& b = *buckets_[index];
   if (!b.wire.is_same(b.buffer)) b.wire.copy_(b.buffer);
   const auto start = std::chrono::steady_clock::now();
   b.pending = context_->all_reduce_sum_start(
-      b.wire, c10::str("gradient bucket ", &b - buckets_.front().get() + 1, " (", b.wire.numel(),
-                       " elements)"));
+      b.wire, c10::str("gradient bucket ", index + 1, " (", b.wire.numel(), " elements)"));
   time_ += std::chrono::steady_clock::now() - start;
-  b.launched = true;
   calls_ += 1;
   if (in_backward_) overlapped_ += 1;
 }
 
 void BucketedReducer::wait(Bucket& b) {
-  if (!b.launched || !b.pending) return;
+  if (!b.pending) return;  // not started, or already waited for
   const auto start = std::chrono::steady_clock::now();
   context_->wait(*b.pending);
   time_ += std::chrono::steady_clock::now() - start;
@@ -224,7 +232,6 @@ void BucketedReducer::finalize() {
     for (auto& b : buckets_) {
       wait(*b);
       b->ready = 0;
-      b->launched = false;
     }
     next_launch_ = 0;
     armed_ = false;
@@ -235,7 +242,8 @@ void BucketedReducer::finalize() {
 }
 
 double BucketedReducer::mean_factor() const {
-  return params_.empty() || !context_ ? 1.0 : 1.0 / static_cast<double>(context_->world_size());
+  // Attached (only with a context and W > 1), finalize() sums; unattached, flush() divides.
+  return params_.empty() ? 1.0 : 1.0 / static_cast<double>(context_->world_size());
 }
 
 void BucketedReducer::restore_grads() {
@@ -278,20 +286,7 @@ void BucketedReducer::flush() {
 }
 
 int64_t BucketedReducer::num_buckets(const std::vector<torch::Tensor>& params) const {
-  // The attached layout: reverse order, split by dtype and by size.
-  int64_t buckets = 0;
-  int64_t numel = 0;
-  c10::optional<torch::ScalarType> kind;
-  for (auto it = params.rbegin(); it != params.rend(); ++it) {
-    const auto& p = *it;
-    if (!kind || *kind != p.scalar_type() || numel + p.numel() > bucket_size_) {
-      if (kind) buckets += 1;
-      numel = 0;
-    }
-    kind = p.scalar_type();
-    numel += p.numel();
-  }
-  return kind ? buckets + 1 : 0;
+  return static_cast<int64_t>(bucket_layout(params, bucket_size_).size());
 }
 
 namespace {

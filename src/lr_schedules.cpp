@@ -242,12 +242,7 @@ Schedule::Schedule(torch::optim::Optimizer& optimizer, ScheduleOptions options)
       base_lrs_(current_lrs(optimizer)),
       options_((validate(options), std::move(options))),
       cycle_momentum_(should_cycle_momentum(options_, optimizer)) {
-  const auto lrs = checked(lr_at(0), name(), 0);
-  auto& groups = optimizer_.param_groups();
-  for (size_t i = 0; i < groups.size(); ++i) {
-    groups[i].options().set_lr(lrs[i]);
-  }
-  set_momentum(0);
+  jump_to(0);  // lr = schedule(0), OneCycle's beta1 too
 }
 
 const std::string& Schedule::name() const {

@@ -55,7 +55,7 @@ torch::Tensor Precision::scale_loss(const torch::Tensor& loss) const {
 
 GradientStats Precision::unscale_and_check(double factor) {
   torch::NoGradGuard no_grad;
-  const double coef = factor / loss_scale();
+  const double coef = grad_scale(factor);
   std::vector<torch::Tensor> grads;  // the optimizer's (fp32) gradients
   for (size_t i = 0; i < model_.size(); ++i) {
     const auto& g = model_[i].grad();

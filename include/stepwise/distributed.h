@@ -230,9 +230,9 @@ class BucketedReducer : public GradientReducer {
   struct Bucket;
   struct HookTarget;
   void flush();
-  void adopt(size_t index);     // `index`'s gradient is its bucket view again
-  void launch_ready();          // starts complete buckets, in order
-  void launch(Bucket& bucket);  // starts one bucket's all-reduce
+  void adopt(size_t index);   // `index`'s gradient is its bucket view again
+  void launch_ready();        // starts complete buckets, in order
+  void launch(size_t index);  // starts bucket `index`'s all-reduce
   void wait(Bucket& bucket);
 
   std::shared_ptr<Context> context_;
