@@ -18,13 +18,14 @@ int64_t total_num_steps(int64_t micro_batches_per_epoch, int64_t epochs, int64_t
                                        : micro_batches_per_epoch * epochs / gas;
 }
 
-Accumulator::Accumulator(int64_t gas, bool strict_cadence)
-    : gas_(gas), strict_cadence_(strict_cadence) {
+Accumulator::Accumulator(int64_t gas, const AccumulationOptions& options)
+    : gas_(gas), options_(options) {
   STEPWISE_CHECK(gas > 0, ConfigError, "gradient_accumulation_steps must be positive, got ", gas);
 }
 
 void Accumulator::on_backward(bool scaled) {
-  STEPWISE_CHECK(!(strict_cadence_ && s_.awaiting_step && !s_.manual_boundary), UsageError,
+  STEPWISE_CHECK(!(options_.strict_cadence() && s_.awaiting_step && !s_.manual_boundary),
+                 UsageError,
                  "engine.backward() was called twice without engine.step() in between (at "
                  "micro_steps ",
                  s_.micro_steps,
@@ -50,7 +51,7 @@ double Accumulator::early_end_factor() const {
 }
 
 void Accumulator::check_step() const {
-  STEPWISE_CHECK(!(strict_cadence_ && !s_.awaiting_step), UsageError,
+  STEPWISE_CHECK(!(options_.strict_cadence() && !s_.awaiting_step), UsageError,
                  "engine.step() was called without a preceding engine.backward() (at "
                  "micro_steps ",
                  s_.micro_steps,

@@ -1,9 +1,6 @@
 #include <stepwise/config.h>
 #include <stepwise/errors.h>
 
-#include <stepwise/loss_scaler.h>
-#include <stepwise/optimizers.h>
-
 #include "json_reader.h"
 #include "option_checks.h"
 
@@ -70,23 +67,23 @@ void at_path(Check&& check, PathOf&& path_of) {
   }
 }
 
-OptimizerConfig parse_optimizer(ObjectReader r) {
-  OptimizerConfig out;
-  r.require("type", out.type,
+OptimizerOptions parse_optimizer(ObjectReader r) {
+  OptimizerOptions out;
+  r.require("type", out.type(),
             "optimizer.type is missing; use one of: " + join(supported_optimizer_types()));
   auto p = r.object_or_empty("params");
-  p.get("lr", out.lr);
-  p.get("weight_decay", out.weight_decay);
-  if (out.type == "SGD") {
-    p.get("momentum", out.momentum);
-    p.get("dampening", out.dampening);
-    p.get("nesterov", out.nesterov);
+  p.get("lr", out.lr());
+  p.get("weight_decay", out.weight_decay());
+  if (out.type() == "SGD") {
+    p.get("momentum", out.momentum());
+    p.get("dampening", out.dampening());
+    p.get("nesterov", out.nesterov());
   } else {  // Adam, AdamW (an unknown type is named by validate() below)
-    p.get("betas", out.betas);
-    p.get("eps", out.eps);
-    p.get("adam_w_mode", out.adam_w_mode);
-    p.get("amsgrad", out.amsgrad);
-    p.get("torch_adam", out.torch_adam);
+    p.get("betas", out.betas());
+    p.get("eps", out.eps());
+    p.get("adam_w_mode", out.adam_w_mode());
+    p.get("amsgrad", out.amsgrad());
+    p.get("torch_adam", out.torch_adam());
   }
   r.finish();
   at_path([&] { validate(out); },
@@ -151,40 +148,47 @@ void read_params(ObjectReader& p, LRRangeTestOptions& o) {
   p.get("lr_range_test_staircase", o.lr_range_test_staircase());
 }
 
-SchedulerConfig parse_scheduler(ObjectReader r) {
+ScheduleOptions parse_scheduler(ObjectReader r) {
   std::string type;
   r.require("type", type,
             "scheduler.type is missing; use one of: " + join(supported_scheduler_types()));
-  SchedulerConfig out{default_schedule_options(type, "scheduler.type")};
+  ScheduleOptions out = default_schedule_options(type, "scheduler.type");
   auto p = r.object_or_empty("params");
-  std::visit([&](auto& options) { read_params(p, options); }, out.params);
+  std::visit([&](auto& options) { read_params(p, options); }, out);
   r.finish();
   p.finish();
-  at_path([&] { validate(out.params); },
+  at_path([&] { validate(out); },
           [](const std::string& option) { return "scheduler.params." + option; });
   return out;
 }
 
-Fp16Config parse_fp16(ObjectReader r) {
-  Fp16Config out;
-  r.get("enabled", out.enabled);
-  r.get("loss_scale", out.loss_scale);
-  r.get("initial_scale_power", out.initial_scale_power);
-  r.get("loss_scale_window", out.loss_scale_window);
-  r.get("hysteresis", out.hysteresis);
-  r.get("consecutive_hysteresis", out.consecutive_hysteresis);
-  r.get("min_loss_scale", out.min_loss_scale);
+// DeepSpeed's "fp16" keys, mapped onto the loss scaler's options: a loss_scale > 0 is a
+// static scale, 0 a dynamic one starting at 2^initial_scale_power.
+LossScalerOptions parse_fp16(ObjectReader r, bool& enabled) {
+  double loss_scale = 0.0;
+  int64_t initial_scale_power = 16;
+  LossScalerOptions out;
+  r.get("enabled", enabled);
+  r.get("loss_scale", loss_scale);
+  r.get("initial_scale_power", initial_scale_power);
+  r.get("loss_scale_window", out.scale_window());
+  r.get("hysteresis", out.hysteresis());
+  r.get("consecutive_hysteresis", out.consecutive_hysteresis());
+  r.get("min_loss_scale", out.min_scale());
   r.finish();
-  detail::check_in_range("fp16.loss_scale", out.loss_scale, 0.0, detail::kFloatMax);
-  STEPWISE_CHECK(out.initial_scale_power >= 0 && out.initial_scale_power <= 64, ConfigError,
-                 "fp16.initial_scale_power must be in 0..64, got ", out.initial_scale_power);
+  detail::check_in_range("fp16.loss_scale", loss_scale, 0.0, detail::kFloatMax);
+  STEPWISE_CHECK(initial_scale_power >= 0 && initial_scale_power <= 64, ConfigError,
+                 "fp16.initial_scale_power must be in 0..64, got ", initial_scale_power);
+  const bool dynamic = loss_scale <= 0.0;
+  out.dynamic(dynamic).init_scale(dynamic ? std::ldexp(1.0, static_cast<int>(initial_scale_power))
+                                          : loss_scale);
   // The scaler's own checks, named by the keys its options come from.
-  at_path([&] { LossScaler::from_config(out); },
+  at_path([&] { LossScaler{out}; },
           [&](const std::string& option) -> std::string {
             if (option == "scale_window") return "fp16.loss_scale_window";
             if (option == "min_scale") return "fp16.min_loss_scale";
             if (option == "init_scale") {
-              return out.loss_scale > 0.0 ? "fp16.loss_scale" : "fp16.initial_scale_power";
+              return dynamic ? "fp16.initial_scale_power" : "fp16.loss_scale";
             }
             return "fp16." + option;  // hysteresis
           });
@@ -199,7 +203,7 @@ void parse_zero(ObjectReader r, Config& out) {
                  "zero_optimization section");
 }
 
-void parse_checkpoint(ObjectReader r, CheckpointConfig& out) {
+void parse_checkpoint(ObjectReader r, CheckpointOptions& out) {
   std::string mode = "Warn";
   r.get("tag_validation", mode);
   r.finish();
@@ -208,26 +212,25 @@ void parse_checkpoint(ObjectReader r, CheckpointConfig& out) {
   STEPWISE_CHECK(upper == "IGNORE" || upper == "WARN" || upper == "FAIL", ConfigError,
                  "checkpoint.tag_validation is \"", mode,
                  "\"; use one of: Ignore, Warn, Fail (case does not matter)");
-  out.tag_validation = upper == "IGNORE" ? TagValidation::kIgnore
-                       : upper == "FAIL" ? TagValidation::kFail
-                                         : TagValidation::kWarn;
+  out.tag_validation(upper == "IGNORE" ? TagValidation::kIgnore
+                     : upper == "FAIL" ? TagValidation::kFail
+                                       : TagValidation::kWarn);
 }
 
-void parse_stepwise(ObjectReader r, StepwiseOptions& out) {
-  r.get("strict_cadence", out.strict_cadence);
-  r.get("scale_wrt_gas", out.scale_wrt_gas);
-  r.get("check_grads_cleared", out.check_grads_cleared);
-  r.get("check_grads_changed", out.check_grads_changed);
-  r.get("check_params_changed", out.check_params_changed);
-  r.get("reduce_bucket_size", out.reduce_bucket_size);
-  r.get("overlap_comm", out.overlap_comm);
+// The "stepwise" section: options DeepSpeed does not have, for three components.
+void parse_stepwise(ObjectReader r, Config& out) {
+  r.get("strict_cadence", out.accumulation.strict_cadence());
+  r.get("scale_wrt_gas", out.accumulation.scale_wrt_gas());
+  r.get("check_grads_cleared", out.guard_rails.check_grads_cleared());
+  r.get("check_grads_changed", out.guard_rails.check_grads_changed());
+  r.get("check_params_changed", out.guard_rails.check_params_changed());
+  r.get("reduce_bucket_size", out.reducer.bucket_size());
+  r.get("overlap_comm", out.reducer.overlap_comm());
   r.finish();
-  detail::check_positive("stepwise.reduce_bucket_size", out.reduce_bucket_size);
+  detail::check_positive("stepwise.reduce_bucket_size", out.reducer.bucket_size());
 }
 
 }  // namespace
-
-std::string SchedulerConfig::type() const { return supported_scheduler_types().at(params.index()); }
 
 Config Config::from_json(const nlohmann::json& json) {
   ObjectReader r(json, "");
@@ -248,15 +251,20 @@ Config Config::from_json(const nlohmann::json& json) {
   r.get("wall_clock_breakdown", out.wall_clock_breakdown);
   if (auto o = r.object("optimizer")) out.optimizer = parse_optimizer(*o);
   if (auto o = r.object("scheduler")) out.scheduler = parse_scheduler(*o);
-  if (auto o = r.object("fp16")) out.fp16 = parse_fp16(*o);
+  bool fp16 = false;
+  bool bf16 = false;
+  if (auto o = r.object("fp16")) out.precision.loss_scaler(parse_fp16(*o, fp16));
   if (auto o = r.object("bf16")) {
-    o->get("enabled", out.bf16.enabled);
+    o->get("enabled", bf16);
     o->finish();
   }
-  STEPWISE_CHECK(!(out.fp16.enabled && out.bf16.enabled), ConfigError,
+  STEPWISE_CHECK(!(fp16 && bf16), ConfigError,
                  "fp16.enabled and bf16.enabled are both true; enable at most one");
+  out.precision.mode(fp16   ? PrecisionMode::kFp16
+                     : bf16 ? PrecisionMode::kBf16
+                            : PrecisionMode::kFp32);
   if (auto o = r.object("zero_optimization")) parse_zero(*o, out);
-  if (auto o = r.object("stepwise")) parse_stepwise(*o, out.stepwise);
+  if (auto o = r.object("stepwise")) parse_stepwise(*o, out);
   if (auto o = r.object("checkpoint")) parse_checkpoint(*o, out.checkpoint);
   r.finish();
   out.json_text = json.dump();

@@ -1,5 +1,4 @@
 // The c10d process group (Gloo or NCCL), the global context and the bucketed reducer.
-#include <stepwise/config.h>
 #include <stepwise/distributed.h>
 #include <stepwise/errors.h>
 
@@ -276,6 +275,9 @@ void Context::barrier(const std::string& what) {
   try {
     c10d::BarrierOptions options;
     options.timeout = timeout_;
+    // NCCL (2.x) otherwise guesses the barrier's GPU, with a warning, when no collective
+    // has run yet; device_ids exists in 1.13 and 2.x alike. Gloo ignores it.
+    if (impl_->device.is_cuda()) options.device_ids = {impl_->device.index()};
     impl_->group->barrier(options)->wait(timeout_);
   } catch (const std::exception& e) {
     fail("barrier (" + what + ")", e);

@@ -25,7 +25,12 @@ std::unique_ptr<distributed::GradientReducer> make_reducer(torch::nn::Module& mo
   for (auto& p : model.parameters()) {
     if (p.requires_grad()) params.push_back(p);
   }
-  return distributed::make_gradient_reducer(params, config, sizes);
+  return distributed::make_gradient_reducer(
+      params, config.reducer,
+      {{"gradient_accumulation_steps", sizes.gradient_accumulation_steps},
+       {"train_micro_batch_size_per_gpu", sizes.micro_batch},
+       {"train_batch_size", sizes.train_batch_size},
+       {"stepwise.reduce_bucket_size", config.reducer.bucket_size()}});
 }
 
 torch::nn::Module& non_null(const std::shared_ptr<torch::nn::Module>& model) {
@@ -39,7 +44,7 @@ std::unique_ptr<torch::optim::Optimizer> choose_optimizer(
   precision.check_optimizer_source(client != nullptr);
   STEPWISE_CHECK(!(client && config.optimizer), ConfigError,
                  "both a client optimizer and an \"optimizer\" config section (type \"",
-                 config.optimizer ? config.optimizer->type : "",
+                 config.optimizer ? config.optimizer->type() : "",
                  "\") were given; remove one "
                  "of them");
   if (client) return client;
@@ -75,7 +80,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
       // backend of the parameters' device (NCCL for CUDA, Gloo otherwise).
       sizes_(config_.resolve_batch_sizes(
           distributed::world_size_for_engine(params_device(model_.get())))),
-      accumulator_(sizes_.gradient_accumulation_steps, config_.stepwise.strict_cadence) {
+      accumulator_(sizes_.gradient_accumulation_steps, config_.accumulation) {
   // NOTE: [construction order] the steps below depend on each other's effects, so they
   // run here, in this order, not in the member initializer list (where the order of
   // the declarations would decide it):
@@ -86,23 +91,23 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
   // 3. then the optimizer is built over the masters, and attached to the precision.
   // tests/distributed (RankZerosWeightsReachEveryRankBeforeTheFp16Cast) checks 1-2.
   reducer_ = make_reducer(non_null(model_), config_, sizes_);
-  precision_ = std::make_unique<Precision>(config_, *model_);
+  precision_ = std::make_unique<Precision>(config_.precision, *model_);
   optimizer_ = choose_optimizer(config_, std::move(client_optimizer), *precision_);
   precision_->attach(*optimizer_);
   // 4. then, with the model's final dtype, the reducer makes the gradients bucket views.
   reducer_->attach(precision_->model_params());
   STEPWISE_CHECK(!(client_scheduler && config_.scheduler), ConfigError,
                  "both a client LR scheduler and a \"scheduler\" config section (type \"",
-                 config_.scheduler ? config_.scheduler->type() : "",
+                 config_.scheduler ? schedule_type(*config_.scheduler) : "",
                  "\") were given; stepwise refuses to guess which wins: remove one of them");
   if (client_scheduler) {
     scheduler_ = std::move(client_scheduler);
   } else if (config_.scheduler) {
-    scheduler_ = make_scheduler(config_.scheduler->params, *optimizer_);
+    scheduler_ = make_scheduler(*config_.scheduler, *optimizer_);
   }
   if (scheduler_) scheduler_steps_at_start_ = scheduler_step_count(*scheduler_);
   leftover_checks_ = std::make_unique<detail::LeftoverChecks>(
-      config_.stepwise, detail::trainable_names(*model_), precision_->model_params(),
+      config_.guard_rails, detail::trainable_names(*model_), precision_->model_params(),
       precision_->optimizer_params());
 }
 
@@ -125,7 +130,7 @@ torch::Tensor Engine::backward(const torch::Tensor& loss, const BackwardOptions&
                  describe(loss),
                  (loss.defined() && loss.dim() > 0 ? "; reduce it first, e.g. loss.mean()" : ""));
   leftover_checks_->before_backward(micro_steps());
-  const bool scale = options.scale_wrt_gas().value_or(config_.stepwise.scale_wrt_gas);
+  const bool scale = options.scale_wrt_gas().value_or(accumulator_.options().scale_wrt_gas());
   accumulator_.on_backward(scale);
   const auto start = Clock::now();
   // FACT 1 and 2: the engine divides by GAS and returns what it backpropagated.
@@ -133,7 +138,7 @@ torch::Tensor Engine::backward(const torch::Tensor& loss, const BackwardOptions&
       scale ? loss / static_cast<double>(sizes_.gradient_accumulation_steps) : loss;
   // W > 1: the backward that ends a window (counted, not set by hand: then several may
   // come before the step) starts each bucket's all-reduce once the bucket is full.
-  reducer_->before_backward(config_.stepwise.overlap_comm && !accumulator_.manual_boundary() &&
+  reducer_->before_backward(config_.reducer.overlap_comm() && !accumulator_.manual_boundary() &&
                             accumulator_.is_boundary());
   precision_->scale_loss(scaled).backward();  // * S inside for fp16; never in the return
   reducer_->after_backward();

@@ -278,7 +278,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const SaveOptions& o
   const int64_t rank = ctx ? ctx->rank() : 0;
   phase(ctx, "checkpoint save: tag check", [&] { detail::check_tag(tag); });
   if (ctx && !same_tag_everywhere(*ctx, tag)) {
-    const auto validation = config_.checkpoint.tag_validation;
+    const auto validation = config_.checkpoint.tag_validation();
     STEPWISE_CHECK(validation != TagValidation::kFail, CheckpointError,
                    "the ranks passed different checkpoint tags (this rank: \"", tag,
                    "\"); nothing was written. Pass the same tag on every rank, or leave it "
@@ -640,7 +640,7 @@ void Engine::apply_load(detail::LoadPlan& plan) {
   }
   // The load changed weights and gradients on purpose: the guard rails start afresh.
   leftover_checks_ = std::make_unique<detail::LeftoverChecks>(
-      config_.stepwise, detail::trainable_names(*model_), precision_->model_params(),
+      config_.guard_rails, detail::trainable_names(*model_), precision_->model_params(),
       precision_->optimizer_params());
 }
 

@@ -1,8 +1,9 @@
 // GradientReducer: flat-bucket all-reduce of gradients at the accumulation
 // boundary, and what initialize() checks across ranks.
-#include <stepwise/config.h>
 #include <stepwise/distributed.h>
 #include <stepwise/errors.h>
+
+#include "option_checks.h"
 
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -86,8 +87,7 @@ std::vector<std::vector<size_t>> bucket_layout(const std::vector<torch::Tensor>&
 
 BucketedReducer::BucketedReducer(std::shared_ptr<Context> context, int64_t bucket_size)
     : context_(std::move(context)), bucket_size_(bucket_size) {
-  STEPWISE_CHECK(bucket_size_ > 0, ConfigError, "stepwise.reduce_bucket_size must be > 0, got ",
-                 bucket_size_);
+  STEPWISE_CHECK_OPTION(bucket_size_ > 0, "bucket_size", "must be > 0, got ", bucket_size_);
 }
 
 BucketedReducer::~BucketedReducer() {
@@ -301,32 +301,28 @@ std::string shapes_of(const std::vector<torch::Tensor>& params) {
 // deadlock or silently average unrelated tensors; a few integers gathered from
 // every rank at initialize() catch it with a message naming the rank.
 void check_ranks_agree(Context& context, const std::vector<torch::Tensor>& params,
-                       const BatchSizes& sizes, int64_t bucket_size) {
+                       std::vector<RankCheck> checks) {
   const std::string shapes = shapes_of(params);
   const int64_t shape_hash = static_cast<int64_t>(std::hash<std::string>{}(shapes) >> 1);
   int64_t numel = 0;
   for (const auto& p : params) numel += p.numel();
-  const std::vector<std::string> names = {"gradient_accumulation_steps",
-                                          "train_micro_batch_size_per_gpu",
-                                          "train_batch_size",
-                                          "stepwise.reduce_bucket_size",
-                                          "number of trainable parameters",
-                                          "number of trainable elements",
-                                          "parameter shapes (hash)"};
-  auto mine =
-      torch::tensor({sizes.gradient_accumulation_steps, sizes.micro_batch, sizes.train_batch_size,
-                     bucket_size, static_cast<int64_t>(params.size()), numel, shape_hash},
-                    torch::kLong);
-  auto all = context.all_gather(mine, "the configuration fingerprint");
+  checks.push_back({"number of trainable parameters", static_cast<int64_t>(params.size())});
+  checks.push_back({"number of trainable elements", numel});
+  checks.push_back({"parameter shapes (hash)", shape_hash});  // last: see `hashed` below
+  std::vector<int64_t> values;
+  for (const auto& c : checks) values.push_back(c.value);
+  auto all =
+      context.all_gather(torch::tensor(values, torch::kLong), "the configuration fingerprint");
   for (int64_t r = 1; r < context.world_size(); ++r) {
-    for (size_t i = 0; i < names.size(); ++i) {
+    for (size_t i = 0; i < checks.size(); ++i) {
       const int64_t first = all[0][i].item<int64_t>();
       const int64_t other = all[r][i].item<int64_t>();
       if (first == other) continue;
-      const std::string values = i == 6 ? c10::str("rank 0 and rank ", r, " differ")
+      const bool hashed = i + 1 == checks.size();
+      const std::string values = hashed ? c10::str("rank 0 and rank ", r, " differ")
                                         : c10::str(first, " on rank 0, ", other, " on rank ", r);
-      throw DistributedError(c10::str("stepwise::initialize: the ranks disagree on the ", names[i],
-                                      " (", values,
+      throw DistributedError(c10::str("stepwise::initialize: the ranks disagree on the ",
+                                      checks[i].name, " (", values,
                                       "). Every rank must run the same model with the same "
                                       "config; this rank (",
                                       context.rank(), ") has parameter shapes ", shapes));
@@ -337,13 +333,12 @@ void check_ranks_agree(Context& context, const std::vector<torch::Tensor>& param
 }  // namespace
 
 std::unique_ptr<GradientReducer> make_gradient_reducer(std::vector<torch::Tensor>& params,
-                                                       const Config& config,
-                                                       const BatchSizes& sizes) {
+                                                       const ReducerOptions& options,
+                                                       std::vector<RankCheck> must_agree) {
   auto context = default_context();
-  const int64_t bucket_size = config.stepwise.reduce_bucket_size;
-  auto reducer = std::make_unique<BucketedReducer>(context, bucket_size);
+  auto reducer = std::make_unique<BucketedReducer>(context, options.bucket_size());
   if (!context || context->world_size() == 1) return reducer;
-  check_ranks_agree(*context, params, sizes, bucket_size);
+  check_ranks_agree(*context, params, std::move(must_agree));
   // All ranks start from rank 0's parameters (one broadcast per parameter, once).
   torch::NoGradGuard no_grad;
   for (auto& p : params) {

@@ -30,11 +30,12 @@ TensorMarks marks_of(const std::vector<torch::Tensor>& tensors, bool grads) {
 int64_t first_change(const TensorMarks& before, const TensorMarks& now, const char** what) {
   for (size_t i = 0; i < now.impls.size(); ++i) {
     if (now.impls[i] == before.impls[i] && now.versions[i] == before.versions[i]) continue;
-    *what = now.impls[i] == nullptr      ? "cleared (set to none)"
+    // Module::zero_grad() replaces the gradient (LibTorch 1.13: detach + zero) or sets
+    // it to none (2.x: set_to_none = true by default): one wording for both.
+    *what = before.impls[i] != nullptr && now.impls[i] != before.impls[i]
+                ? "cleared or replaced by another tensor (as zero_grad() does)"
             : before.impls[i] == nullptr ? "created outside backward()"
-            : now.impls[i] != before.impls[i]
-                ? "replaced by another tensor (as Module::zero_grad() does)"
-                : "changed in place (zeroed or scaled)";
+                                         : "changed in place (zeroed or scaled)";
     return static_cast<int64_t>(i);
   }
   return -1;
@@ -92,12 +93,12 @@ std::vector<std::string> trainable_names(torch::nn::Module& model) {
   return names;
 }
 
-LeftoverChecks::LeftoverChecks(const StepwiseOptions& options, std::vector<std::string> names,
+LeftoverChecks::LeftoverChecks(const GuardRailOptions& options, std::vector<std::string> names,
                                std::vector<torch::Tensor> grad_params,
                                std::vector<torch::Tensor> updated)
-    : check_cleared_(options.check_grads_cleared),
-      check_changed_(options.check_grads_changed),
-      check_params_(options.check_params_changed),
+    : check_cleared_(options.check_grads_cleared()),
+      check_changed_(options.check_grads_changed()),
+      check_params_(options.check_params_changed()),
       names_(std::move(names)),
       grad_params_(std::move(grad_params)),
       updated_(std::move(updated)) {

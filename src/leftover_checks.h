@@ -28,7 +28,7 @@
 //   that keeps every norm (a permutation) is missed there.
 #pragma once
 
-#include <stepwise/config.h>
+#include <stepwise/guard_rails.h>
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
@@ -56,7 +56,7 @@ class LeftoverChecks {
   /// `names[i]` names `grad_params[i]` (the model's trainable parameters, whose
   /// .grad backward() fills) and `updated[i]` (what the optimizer updates: the same
   /// tensors in fp32, the fp32 masters in fp16/bf16).
-  LeftoverChecks(const StepwiseOptions& options, std::vector<std::string> names,
+  LeftoverChecks(const GuardRailOptions& options, std::vector<std::string> names,
                  std::vector<torch::Tensor> grad_params, std::vector<torch::Tensor> updated);
 
   /// Check 1, when backward() starts.

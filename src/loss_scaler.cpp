@@ -1,4 +1,3 @@
-#include <stepwise/config.h>
 #include <stepwise/errors.h>
 #include <stepwise/loss_scaler.h>
 
@@ -22,19 +21,6 @@ LossScaler::LossScaler(const LossScalerOptions& options)
   STEPWISE_CHECK_OPTION(!options.dynamic() || options.min_scale() <= options.init_scale(),
                         "min_scale", "(", options.min_scale(),
                         ") must not exceed the initial scale (", options.init_scale(), ")");
-}
-
-LossScaler LossScaler::from_config(const Fp16Config& config) {
-  const bool dynamic = config.loss_scale <= 0.0;
-  return LossScaler(
-      LossScalerOptions()
-          .init_scale(dynamic ? std::ldexp(1.0, static_cast<int>(config.initial_scale_power))
-                              : config.loss_scale)
-          .dynamic(dynamic)
-          .scale_window(config.loss_scale_window)
-          .hysteresis(config.hysteresis)
-          .consecutive_hysteresis(config.consecutive_hysteresis)
-          .min_scale(config.min_loss_scale));
 }
 
 void LossScaler::update(bool overflow) {

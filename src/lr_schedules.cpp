@@ -245,9 +245,11 @@ Schedule::Schedule(torch::optim::Optimizer& optimizer, ScheduleOptions options)
   jump_to(0);  // lr = schedule(0), OneCycle's beta1 too
 }
 
-const std::string& Schedule::name() const {
-  return supported_scheduler_types().at(options_.index());
+const std::string& schedule_type(const ScheduleOptions& options) {
+  return supported_scheduler_types().at(options.index());
 }
+
+const std::string& Schedule::name() const { return schedule_type(options_); }
 
 std::vector<double> Schedule::lr_at(int64_t lbi) const {
   const auto same = [&](double lr) { return std::vector<double>(base_lrs_.size(), lr); };

@@ -4,7 +4,7 @@
 //
 // NOTE: [option errors] A value check lives in one place: the validator of the
 // options struct the value belongs to (validate(ScheduleOptions), LossScaler's
-// constructor, validate(OptimizerConfig), ...). It names the option as the C++
+// constructor, validate(OptimizerOptions), ...). It names the option as the C++
 // options struct spells it. The config parser runs the same validator and
 // rethrows with the JSON path in place of the name (config.cpp, at_path).
 #pragma once

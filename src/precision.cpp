@@ -8,17 +8,8 @@
 
 namespace stepwise {
 
-namespace {
-
-PrecisionMode mode_of(const Config& config) {
-  if (config.fp16.enabled) return PrecisionMode::kFp16;
-  if (config.bf16.enabled) return PrecisionMode::kBf16;
-  return PrecisionMode::kFp32;
-}
-
-}  // namespace
-
-Precision::Precision(const Config& config, torch::nn::Module& model) : mode_(mode_of(config)) {
+Precision::Precision(const PrecisionOptions& options, torch::nn::Module& model)
+    : mode_(options.mode()) {
   if (mode_ != PrecisionMode::kFp32) {
     // Floating-point tensors only, as PyTorch's module.half() does: Module::to(dtype)
     // would also turn integer buffers (BatchNorm's num_batches_tracked) into half.
@@ -44,7 +35,7 @@ Precision::Precision(const Config& config, torch::nn::Module& model) : mode_(mod
       master_.push_back(p.detach().to(torch::kFloat).clone().requires_grad_(true));
     }
   }
-  if (mode_ == PrecisionMode::kFp16) scaler_ = LossScaler::from_config(config.fp16);
+  if (mode_ == PrecisionMode::kFp16) scaler_.emplace(options.loss_scaler());
 }
 
 torch::Tensor Precision::scale_loss(const torch::Tensor& loss) const {

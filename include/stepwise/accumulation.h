@@ -2,7 +2,7 @@
 //
 // Usage {.cpp .fragment context="basic"} (what Engine does with it):
 //
-//   stepwise::Accumulator acc(/*gas=*/4, /*strict_cadence=*/true);
+//   stepwise::Accumulator acc(/*gas=*/4, stepwise::AccumulationOptions().strict_cadence(true));
 //   acc.on_backward();              // throws if backward() came twice in a row
 //   bool boundary = acc.is_boundary();
 //   acc.on_step(boundary, /*skipped=*/false, /*samples=*/32);
@@ -13,6 +13,8 @@
 // engine step the optimizer GAS times too rarely. That is why step() must be
 // called after EVERY micro-batch.
 #pragma once
+
+#include <torch/arg.h>
 
 #include <cstdint>
 #include <optional>
@@ -59,11 +61,19 @@ struct AccumulatorState {
   std::optional<bool> manual_boundary;
 };
 
+/// Options of the accumulation window (the config's `"stepwise"` section).
+struct AccumulationOptions {
+  /// Refuse backward() twice without step() and step() without backward().
+  TORCH_ARG(bool, strict_cadence) = true;
+  /// Divide the loss by GAS in backward() (DeepSpeed's behaviour, default on).
+  TORCH_ARG(bool, scale_wrt_gas) = true;
+};
+
 /// Counters and the boundary rule (docs/engine.md, "Counters").
 class Accumulator {
  public:
   /// `gas` > 0 micro-batches per optimizer step.
-  Accumulator(int64_t gas, bool strict_cadence);
+  explicit Accumulator(int64_t gas, const AccumulationOptions& options = {});
 
   /// Records a backward() (`scaled`: it divided the loss by GAS); with strict
   /// cadence, refuses two in a row unless the boundary is set by hand.
@@ -109,8 +119,8 @@ class Accumulator {
   int64_t skipped_steps() const { return s_.skipped_steps; }
   /// Samples of all boundary steps.
   int64_t global_samples() const { return s_.global_samples; }
-  /// Whether the cadence checks are on.
-  bool strict_cadence() const { return strict_cadence_; }
+  /// The options it was built with.
+  const AccumulationOptions& options() const { return options_; }
 
   /// The counters, for a checkpoint.
   const AccumulatorState& state() const { return s_; }
@@ -119,7 +129,7 @@ class Accumulator {
 
  private:
   int64_t gas_;
-  bool strict_cadence_;
+  AccumulationOptions options_;
   // A boundary: the window's counts restart, one more (maybe skipped) step.
   void end_window(bool skipped, int64_t samples);
 

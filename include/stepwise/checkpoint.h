@@ -36,6 +36,23 @@ namespace stepwise {
 /// keys, IValue values (tensors, ints, doubles, strings, lists, dicts).
 using ClientState = std::map<std::string, c10::IValue>;
 
+/// What a save does when the ranks pass different checkpoint tags
+/// (`checkpoint.tag_validation`, DeepSpeed's values).
+enum class TagValidation {
+  /// Do not compare the tags.
+  kIgnore,
+  /// Print a warning on rank 0 and save under rank 0's tag.
+  kWarn,
+  /// Throw CheckpointError on every rank; nothing is written.
+  kFail,
+};
+
+/// Options of an engine's checkpoints (the config's `"checkpoint"` section).
+struct CheckpointOptions {
+  /// Whether the ranks' tags are compared before a save (default Warn).
+  TORCH_ARG(TagValidation, tag_validation) = TagValidation::kWarn;
+};
+
 /// Options of Engine::save_checkpoint.
 struct SaveOptions {
   /// The checkpoint's name (a folder under the directory). Unset: "global_step<N>".

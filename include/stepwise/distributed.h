@@ -36,9 +36,6 @@ struct Node;
 
 namespace stepwise {
 
-struct BatchSizes;
-struct Config;
-
 namespace distributed {
 
 /// A collective failed or timed out, a rank is missing, or the ranks disagree
@@ -261,13 +258,33 @@ class BucketedReducer : public GradientReducer {
 /// backend of `params_device` (NCCL for CUDA, Gloo otherwise); returns W.
 int64_t world_size_for_engine(const torch::Device& params_device = torch::kCPU);
 
-/// What stepwise::initialize does after resolving batch sizes: checks that all
-/// ranks agree on them and on `params`' shapes (DistributedError naming the
-/// first differing rank), broadcasts rank 0's parameters, and returns the
-/// reducer (bucket size: config's stepwise.reduce_bucket_size).
+/// Options of the gradient reducer that stepwise::initialize builds (the config's
+/// `"stepwise"` section: reduce_bucket_size, overlap_comm).
+struct ReducerOptions {
+  /// Elements per flat all-reduce bucket when W > 1 (> 0; DeepSpeed's stage-0 bucket
+  /// is 500,000,000 elements and has no key).
+  TORCH_ARG(int64_t, bucket_size) = 500000000;
+  /// When W > 1, start each bucket's all-reduce during the backward() that ends the
+  /// window, as soon as the bucket is full (DeepSpeed's overlap_comm); false: all at
+  /// step() (NOTE: [bucket views]).
+  TORCH_ARG(bool, overlap_comm) = true;
+};
+
+/// A value every rank must have the same of, and its name for the error.
+struct RankCheck {
+  /// What it is, as the user knows it ("gradient_accumulation_steps").
+  std::string name;
+  /// This rank's value.
+  int64_t value = 0;
+};
+
+/// What stepwise::initialize does after resolving batch sizes: checks that all ranks
+/// agree on `must_agree` and on `params`' count, size and shapes (DistributedError
+/// naming the first differing value and rank), broadcasts rank 0's parameters, and
+/// returns the reducer.
 std::unique_ptr<GradientReducer> make_gradient_reducer(std::vector<torch::Tensor>& params,
-                                                       const Config& config,
-                                                       const BatchSizes& sizes);
+                                                       const ReducerOptions& options,
+                                                       std::vector<RankCheck> must_agree);
 
 }  // namespace distributed
 }  // namespace stepwise

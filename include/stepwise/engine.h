@@ -176,7 +176,7 @@ class Engine {
   /// Samples per micro-batch on this rank.
   int64_t train_micro_batch_size_per_gpu() const { return sizes_.micro_batch; }
   /// Micro-batches per optimizer step (GAS).
-  int64_t gradient_accumulation_steps() const { return sizes_.gradient_accumulation_steps; }
+  int64_t gradient_accumulation_steps() const { return accumulator_.gas(); }
 
   /// The optimizer the engine steps.
   torch::optim::Optimizer& optimizer() { return *optimizer_; }

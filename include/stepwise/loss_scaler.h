@@ -23,8 +23,6 @@
 
 namespace stepwise {
 
-struct Fp16Config;
-
 /// Options of LossScaler (DeepSpeed's fp16 keys, as a scale instead of a power).
 struct LossScalerOptions {
   /// The scale before the first step (2^initial_scale_power).
@@ -59,8 +57,6 @@ class LossScaler {
   /// A scaler with `options`; throws ConfigError naming the option (scale_window,
   /// min_scale, ...) for an invalid value. Scales are finite, > 0 and fit a float.
   explicit LossScaler(const LossScalerOptions& options = {});
-  /// The scaler the `"fp16"` config section describes.
-  static LossScaler from_config(const Fp16Config& config);
 
   /// The current scale S.
   double scale() const { return scale_; }

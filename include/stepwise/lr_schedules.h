@@ -118,6 +118,8 @@ using ScheduleOptions = std::variant<WarmupLROptions, WarmupDecayLROptions, Warm
 
 /// The schedule names as spelled in DeepSpeed's config, in ScheduleOptions' order.
 const std::vector<std::string>& supported_scheduler_types();
+/// The name of the schedule `options` configure ("WarmupLR", ...), as in the config.
+const std::string& schedule_type(const ScheduleOptions& options);
 /// Default options of the schedule named `type`; an unknown name is a ConfigError
 /// naming `path` and the supported names.
 ScheduleOptions default_schedule_options(const std::string& type, const std::string& path);

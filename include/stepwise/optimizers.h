@@ -1,28 +1,62 @@
-// stepwise: optimizers from the config's "optimizer" section.
+// stepwise: the optimizers DeepSpeed's "optimizer" section names, from their options.
 //
 // Usage {.cpp .fragment context="engine"}:
 //
-//   stepwise::OptimizerConfig opt;
-//   opt.type = "Adam";  // decoupled weight decay unless adam_w_mode = false
-//   opt.lr = 1e-3;
-//   auto optimizer = stepwise::make_optimizer(opt, model->parameters());
+//   auto optimizer = stepwise::make_optimizer(
+//       stepwise::OptimizerOptions("Adam").lr(1e-3),  // decoupled weight decay: AdamW
+//       model->parameters());
 //
-// "Adam" -> AdamW (or Adam with adam_w_mode = false), "AdamW" -> AdamW, "SGD" ->
+// "Adam" -> AdamW (or Adam with adam_w_mode(false)), "AdamW" -> AdamW, "SGD" ->
 // torch::optim::SGD. Adam/AdamW are stepwise::FusedAdamW (one fused update for all
-// parameters) when the parameters are on CUDA or optimizer.params.torch_adam is false,
-// and LibTorch's torch::optim::AdamW/Adam otherwise (CPU default, torch_adam true, or
-// amsgrad). see NOTE: [Adam means AdamW], NOTE: [fused by device]
+// parameters) when the parameters are on CUDA or torch_adam is false, and LibTorch's
+// torch::optim::AdamW/Adam otherwise (CPU default, torch_adam true, or amsgrad).
+// see NOTE: [Adam means AdamW], NOTE: [fused by device]
 #pragma once
 
-#include <stepwise/config.h>
-
+#include <torch/arg.h>
 #include <torch/optim/optimizer.h>
 
+#include <array>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace stepwise {
+
+/// Options of make_optimizer: DeepSpeed's `"optimizer"` section (`type` and `params`).
+/// NOTE: [Adam means AdamW] As in DeepSpeed, `"type": "Adam"` applies weight decay
+/// decoupled (AdamW) unless adam_w_mode is false.
+struct OptimizerOptions {
+  /// Adam/AdamW (beta1, beta2).
+  using Betas = std::array<double, 2>;
+  /// An optimizer of `type`: "Adam", "AdamW" or "SGD".
+  explicit OptimizerOptions(std::string type = "AdamW") : type_(std::move(type)) {}
+  /// The type name as in DeepSpeed's config.
+  TORCH_ARG(std::string, type);
+  /// Learning rate.
+  TORCH_ARG(double, lr) = 1e-3;
+  /// Adam/AdamW (beta1, beta2), each in [0, 1).
+  TORCH_ARG(Betas, betas) = Betas{0.9, 0.999};
+  /// Adam/AdamW term added to the denominator.
+  TORCH_ARG(double, eps) = 1e-8;
+  /// Weight decay; decoupled for AdamW, and for Adam unless adam_w_mode is false.
+  TORCH_ARG(double, weight_decay) = 0.0;
+  /// Adam only: true (default) means decoupled weight decay, i.e. AdamW.
+  TORCH_ARG(bool, adam_w_mode) = true;
+  /// Adam/AdamW: the AMSGrad variant.
+  TORCH_ARG(bool, amsgrad) = false;
+  /// Adam/AdamW: true = LibTorch's torch::optim::Adam/AdamW, false = stepwise's
+  /// FusedAdamW (fused_adamw.h); unset = fused when the parameters are on CUDA.
+  TORCH_ARG(std::optional<bool>, torch_adam) = std::nullopt;
+  /// SGD momentum.
+  TORCH_ARG(double, momentum) = 0.0;
+  /// SGD dampening.
+  TORCH_ARG(double, dampening) = 0.0;
+  /// SGD Nesterov momentum.
+  TORCH_ARG(bool, nesterov) = false;
+};
 
 /// The optimizer types make_optimizer accepts, as spelled in the config.
 const std::vector<std::string>& supported_optimizer_types();
@@ -30,10 +64,10 @@ const std::vector<std::string>& supported_optimizer_types();
 /// Throws ConfigError naming the option (`type`, `lr`, `betas`, ...), its value and
 /// what would be valid, for an unknown type or a value out of range. Lrs, weight
 /// decay and momentum are finite, >= 0 and fit a float; betas are in [0, 1).
-void validate(const OptimizerConfig& config);
+void validate(const OptimizerOptions& options);
 
-/// Builds the optimizer `config` describes over `params`, after validate(config).
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
+/// Builds the optimizer `options` describes over `params`, after validate(options).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
                                                         std::vector<torch::Tensor> params);
 
 }  // namespace stepwise

@@ -2,12 +2,11 @@
 //
 // Usage {.cpp .fragment context="engine"} (what Engine does with it):
 //
-//   auto config = stepwise::Config::from_string(R"({"train_batch_size": 8,
-//                                                  "bf16": {"enabled": true}})");
-//   stepwise::Precision precision(config, *model);  // casts the model to half/bf16
-//   stepwise::OptimizerConfig opt;
-//   opt.type = "AdamW";
-//   auto optimizer = make_optimizer(opt, precision.optimizer_params());  // fp32 masters
+//   stepwise::Precision
+//   precision(stepwise::PrecisionOptions().mode(stepwise::PrecisionMode::kBf16),
+//                                 *model);          // casts the model to bf16
+//   auto optimizer = stepwise::make_optimizer(stepwise::OptimizerOptions("AdamW"),
+//                                             precision.optimizer_params());  // fp32 masters
 //   precision.attach(*optimizer);                   // a FusedAdamW writes the model too
 //   auto out = model->forward(batches[0].first.to(torch::kBFloat16)).to(torch::kFloat);
 //   auto loss = torch::mse_loss(out, batches[0].second);
@@ -24,9 +23,9 @@
 // masters, S = 1, never skips. fp32: the masters ARE the model's parameters.
 #pragma once
 
-#include <stepwise/config.h>
 #include <stepwise/loss_scaler.h>
 
+#include <torch/arg.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
@@ -38,6 +37,14 @@ namespace stepwise {
 
 /// Which arithmetic the model runs in.
 enum class PrecisionMode { kFp32, kFp16, kBf16 };
+
+/// Options of Precision: DeepSpeed's `"fp16"` and `"bf16"` sections.
+struct PrecisionOptions {
+  /// fp32 (default), fp16 (with the loss scaler) or bf16.
+  TORCH_ARG(PrecisionMode, mode) = PrecisionMode::kFp32;
+  /// The fp16 loss scale's options (used in kFp16 only).
+  TORCH_ARG(LossScalerOptions, loss_scaler);
+};
 
 /// What the boundary learned about the gradients.
 struct GradientStats {
@@ -74,9 +81,9 @@ class TakesGradScale {
 /// The precision policy of an engine: one object, no precision branches in Engine.
 class Precision {
  public:
-  /// Picks the mode from config.fp16 / config.bf16, casts `model` (parameters
-  /// and buffers) to it and makes fp32 master copies of its trainable parameters.
-  Precision(const Config& config, torch::nn::Module& model);
+  /// Casts `model` (its floating-point parameters and buffers) to options.mode() and
+  /// makes fp32 master copies of its trainable parameters; fp16 builds the loss scaler.
+  Precision(const PrecisionOptions& options, torch::nn::Module& model);
 
   /// The mode in use.
   PrecisionMode mode() const { return mode_; }

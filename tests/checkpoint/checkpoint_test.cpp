@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "support/error_of.h"
 #include "support/scratch_dir.h"
@@ -519,8 +520,23 @@ TEST(Checkpoint, ADeepSpeedCheckpointConvertsAndLoads) {
   }
   EXPECT_TRUE(torch::equal(model->weight.flatten(), expected.at("weight")));
   EXPECT_TRUE(torch::equal(model->bias.flatten(), expected.at("bias")));
-  const auto& state = static_cast<const torch::optim::AdamWParamState&>(
-      *engine.optimizer().state().at(c10::guts::to_string(model->weight.unsafeGetTensorImpl())));
+  // state() is keyed by the TensorImpl* printed to a string in LibTorch 1.13 and by the
+  // pointer itself in 2.x (see NOTE: [optimizer state key] in src/torch_compat.h).
+  const auto& states = engine.optimizer().state();
+  // A generic lambda, so that only the branch of this LibTorch's key type is compiled.
+  const auto find_state = [](const auto& map, const torch::Tensor& param) {
+    using Key = typename std::decay_t<decltype(map)>::key_type;
+    if constexpr (std::is_same_v<Key, std::string>) {
+      std::ostringstream key;
+      key << static_cast<void*>(param.unsafeGetTensorImpl());
+      return map.find(key.str());
+    } else {
+      return map.find(static_cast<Key>(param.unsafeGetTensorImpl()));
+    }
+  };
+  const auto state_it = find_state(states, model->weight);
+  ASSERT_NE(state_it, states.end());
+  const auto& state = static_cast<const torch::optim::AdamWParamState&>(*state_it->second);
   EXPECT_EQ(state.step(), 2);
   EXPECT_TRUE(torch::equal(state.exp_avg().flatten(), expected.at("exp_avg/0")));
   EXPECT_TRUE(torch::equal(state.exp_avg_sq().flatten(), expected.at("exp_avg_sq/0")));

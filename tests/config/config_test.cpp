@@ -65,21 +65,22 @@ TEST(Config, ParsesADeepSpeedConfig) {
   EXPECT_EQ(c.steps_per_print, 5);
   EXPECT_TRUE(c.wall_clock_breakdown);
   ASSERT_TRUE(c.optimizer.has_value());
-  EXPECT_EQ(c.optimizer->type, "Adam");
-  EXPECT_DOUBLE_EQ(c.optimizer->lr, 0.01);
-  EXPECT_DOUBLE_EQ(c.optimizer->betas[0], 0.8);
-  EXPECT_DOUBLE_EQ(c.optimizer->eps, 1e-6);
-  EXPECT_FALSE(c.optimizer->adam_w_mode);
+  EXPECT_EQ(c.optimizer->type(), "Adam");
+  EXPECT_DOUBLE_EQ(c.optimizer->lr(), 0.01);
+  EXPECT_DOUBLE_EQ(c.optimizer->betas()[0], 0.8);
+  EXPECT_DOUBLE_EQ(c.optimizer->eps(), 1e-6);
+  EXPECT_FALSE(c.optimizer->adam_w_mode());
   ASSERT_TRUE(c.scheduler.has_value());
-  const auto& decay = std::get<WarmupDecayLROptions>(c.scheduler->params);
+  const auto& decay = std::get<WarmupDecayLROptions>(*c.scheduler);
   EXPECT_EQ(decay.total_num_steps(), 100);
   EXPECT_EQ(decay.warmup().warmup_type(), WarmupType::kLinear);
   EXPECT_DOUBLE_EQ(decay.warmup().warmup_min_lr(), 0.0);
-  EXPECT_EQ(c.fp16.initial_scale_power, 8);
-  EXPECT_EQ(c.fp16.loss_scale_window, 1000);
-  EXPECT_FALSE(c.stepwise.strict_cadence);
-  EXPECT_FALSE(c.stepwise.scale_wrt_gas);
-  EXPECT_EQ(c.stepwise.reduce_bucket_size, 1000);
+  EXPECT_EQ(c.precision.mode(), PrecisionMode::kFp32);
+  EXPECT_EQ(c.precision.loss_scaler().init_scale(), 256);  // 2^initial_scale_power
+  EXPECT_EQ(c.precision.loss_scaler().scale_window(), 1000);
+  EXPECT_FALSE(c.accumulation.strict_cadence());
+  EXPECT_FALSE(c.accumulation.scale_wrt_gas());
+  EXPECT_EQ(c.reducer.bucket_size(), 1000);
 }
 
 TEST(Config, DefaultsAreDeepSpeeds) {
@@ -88,12 +89,16 @@ TEST(Config, DefaultsAreDeepSpeeds) {
   EXPECT_EQ(c.steps_per_print, 10);
   EXPECT_FALSE(c.optimizer.has_value());
   EXPECT_FALSE(c.scheduler.has_value());
-  EXPECT_FALSE(c.fp16.enabled);
-  EXPECT_EQ(c.fp16.initial_scale_power, 16);
-  EXPECT_EQ(c.fp16.hysteresis, 2);
-  EXPECT_TRUE(c.stepwise.strict_cadence);
-  EXPECT_TRUE(c.stepwise.scale_wrt_gas);
-  EXPECT_EQ(c.stepwise.reduce_bucket_size, 500000000);
+  EXPECT_EQ(c.precision.mode(), PrecisionMode::kFp32);
+  EXPECT_EQ(c.precision.loss_scaler().init_scale(), 65536);  // 2^16
+  EXPECT_TRUE(c.precision.loss_scaler().dynamic());
+  EXPECT_EQ(c.precision.loss_scaler().hysteresis(), 2);
+  EXPECT_TRUE(c.accumulation.strict_cadence());
+  EXPECT_TRUE(c.accumulation.scale_wrt_gas());
+  EXPECT_TRUE(c.guard_rails.check_grads_cleared());
+  EXPECT_EQ(c.reducer.bucket_size(), 500000000);
+  EXPECT_TRUE(c.reducer.overlap_comm());
+  EXPECT_EQ(c.checkpoint.tag_validation(), TagValidation::kWarn);
 }
 
 TEST(Config, IntegralFloatsAreAcceptedAsIntegers) {

@@ -436,7 +436,7 @@ TEST(DistributedOptions, ReducerBucketsAndBadBucketSize) {
     distributed::BucketedReducer(nullptr, 0);
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "stepwise.reduce_bucket_size must be > 0, got 0");
+    EXPECT_STREQ(e.what(), "bucket_size must be > 0, got 0");
   }
 }
 

@@ -3,6 +3,7 @@
 #include <stepwise/engine.h>
 
 #include <gtest/gtest.h>
+#include <torch/version.h>  // TORCH_VERSION_MAJOR
 
 #include "support/error_of.h"
 #include "support/reference_problem.h"
@@ -35,8 +36,8 @@ struct Trainer {
 };
 
 const char* kZeroGrad =
-    "the gradient of parameter \"weight\" was replaced by another tensor (as "
-    "Module::zero_grad() does) between two micro-steps of an accumulation window (found by the "
+    "the gradient of parameter \"weight\" was cleared or replaced by another tensor (as "
+    "zero_grad() does) between two micro-steps of an accumulation window (found by the "
     "backward() at micro_steps 1): remove the zero_grad() "
     "call (model->zero_grad() or optimizer.zero_grad()) from your loop. engine.step() sets the "
     "gradients to none after each optimizer step; clearing them inside a window throws away "
@@ -48,7 +49,7 @@ TEST(LeftoverCalls, ZeroGradInsideAWindow) {
   Trainer r(config("AdamW"));
   r.engine.backward(r.loss(0));
   r.engine.step();
-  r.model->zero_grad();  // LibTorch 1.13: detaches (a new tensor) and zeroes
+  r.model->zero_grad();  // LibTorch 1.13: detaches (a new tensor) and zeroes; 2.x: none
   EXPECT_EQ(r.usage_error([&] { r.engine.backward(r.loss(1)); }), kZeroGrad);
 }
 
@@ -56,7 +57,11 @@ TEST(LeftoverCalls, ZeroingInPlaceInsideAWindow) {
   Trainer r(config("SGD"));
   r.engine.backward(r.loss(0));
   r.engine.step();
+#if TORCH_VERSION_MAJOR >= 2
+  r.engine.optimizer().zero_grad(/*set_to_none=*/false);  // 2.x's default sets to none
+#else
   r.engine.optimizer().zero_grad();  // LibTorch 1.13: zeroes in place
+#endif
   EXPECT_NE(r.usage_error([&] {
                r.engine.backward(r.loss(1));
              }).find("was changed in place (zeroed or scaled) between two micro-steps"),

@@ -20,11 +20,7 @@ namespace {
 std::vector<torch::Tensor> one_param() { return {torch::zeros({2}, torch::requires_grad())}; }
 
 std::unique_ptr<torch::optim::Optimizer> optimizer_for(const std::string& type, double lr) {
-  OptimizerConfig config;
-  config.type = type;
-  config.lr = lr;
-  config.momentum = 0.9;
-  return make_optimizer(config, one_param());
+  return make_optimizer(OptimizerOptions(type).lr(lr).momentum(0.9), one_param());
 }
 
 std::vector<nlohmann::json> reference_rows() {
@@ -48,7 +44,7 @@ TEST(LRSchedules, EveryReferenceRowTo1e12) {
     auto optimizer = optimizer_for("SGD", row["opt_lr"]);
     auto config = Config::from_json(
         {{"train_batch_size", 1}, {"scheduler", {{"type", type}, {"params", row["params"]}}}});
-    auto schedule = make_scheduler(config.scheduler->params, *optimizer);
+    auto schedule = make_scheduler(*config.scheduler, *optimizer);
     const int64_t lbi = row["lbi"];
     const double expected = row["lr"];
     const double actual = schedule->lr_at(lbi).at(0);

@@ -76,18 +76,18 @@ TEST(LossScaler, StaticScaleNeverChanges) {
   EXPECT_EQ(got.scales, (std::vector<double>(6, 16)));
 }
 
-TEST(LossScaler, FromConfigUsesDeepSpeedsKeys) {
-  Fp16Config fp16;
-  fp16.enabled = true;
-  EXPECT_EQ(LossScaler::from_config(fp16).scale(), 65536);  // 2^16
-  fp16.initial_scale_power = 8;
-  fp16.hysteresis = 3;
-  auto dynamic = LossScaler::from_config(fp16);
+TEST(LossScaler, TheFp16SectionMapsOntoItsOptions) {
+  auto scaler_of = [](const std::string& fp16) {
+    auto c = Config::from_string(R"({"train_batch_size": 1, "fp16": )" + fp16 + "}");
+    EXPECT_EQ(c.precision.mode(), PrecisionMode::kFp16);
+    return LossScaler(c.precision.loss_scaler());
+  };
+  EXPECT_EQ(scaler_of(R"({"enabled": true})").scale(), 65536);  // 2^16
+  auto dynamic = scaler_of(R"({"enabled": true, "initial_scale_power": 8, "hysteresis": 3})");
   EXPECT_EQ(dynamic.scale(), 256);
   EXPECT_EQ(dynamic.hysteresis_left(), 3);
   EXPECT_TRUE(dynamic.options().dynamic());
-  fp16.loss_scale = 128;
-  auto fixed = LossScaler::from_config(fp16);
+  auto fixed = scaler_of(R"({"enabled": true, "initial_scale_power": 8, "loss_scale": 128})");
   EXPECT_EQ(fixed.scale(), 128);
   EXPECT_FALSE(fixed.options().dynamic());
 }
