@@ -447,11 +447,20 @@ TEST(Checkpoint, GuardRailsStillWorkAfterALoad) {
 namespace stepwise {
 namespace {
 
+// STEPWISE_TEST_PYTHON (a CMake cache variable; Debian's /usr/bin/python3 by default) must
+// import torch.
+bool python_has_torch() {
+  return std::system(STEPWISE_TEST_PYTHON " -c 'import torch' 2>/dev/null") == 0;
+}
+const char* const kNoPythonTorch = STEPWISE_TEST_PYTHON
+    " cannot import torch: run tools/bootstrap (it installs Debian's "
+    "python3-torch), or configure with -DSTEPWISE_TEST_PYTHON=<a python "
+    "with torch>";
+
 TEST(Checkpoint, PythonPyTorchReadsTheFiles) {
-  // Debian's python3-torch (tools/bootstrap installs it) reads what torch::pickle_save wrote.
-  if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
-    FAIL() << "Debian's python3-torch is not installed: run tools/bootstrap (it installs it)";
-  }
+  // Python's torch (Debian's python3-torch: tools/bootstrap installs it) reads what
+  // torch::pickle_save wrote.
+  ASSERT_TRUE(python_has_torch()) << kNoPythonTorch;
   testing::ScratchDir dir("stepwise-ckpt-python");
   Trainer r(RunSetup{"fp32", true, 4});
   for (int64_t t = 0; t < 6; ++t) r.micro_step(t);
@@ -474,21 +483,19 @@ TEST(Checkpoint, PythonPyTorchReadsTheFiles) {
     out << "int global_steps " << r.engine.global_steps() << "\n";
     out << "int micro_steps " << r.engine.micro_steps() << "\n";
   }
-  const std::string command =
-      c10::str("/usr/bin/python3 ", STEPWISE_SOURCE_DIR, "/tests/checkpoint/read_with_pytorch.py ",
-               path, "/mp_rank_00_model_states.pt ", path, "/window_rank_0.pt ", expected);
+  const std::string command = c10::str(
+      STEPWISE_TEST_PYTHON, " ", STEPWISE_SOURCE_DIR, "/tests/checkpoint/read_with_pytorch.py ",
+      path, "/mp_rank_00_model_states.pt ", path, "/window_rank_0.pt ", expected);
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 
 TEST(Checkpoint, ADeepSpeedCheckpointConvertsAndLoads) {
   // A file in DeepSpeed's stage-0 layout, written by PyTorch (a Python set and torch.Size
   // objects included), converted by tools/deepspeed-to-stepwise, loaded into an engine.
-  if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
-    FAIL() << "Debian's python3-torch is not installed: run tools/bootstrap (it installs it)";
-  }
+  ASSERT_TRUE(python_has_torch()) << kNoPythonTorch;
   testing::ScratchDir dir("stepwise-ckpt-deepspeed");
   const std::string ds = dir.path() + "/ds", converted = dir.path() + "/converted";
-  const std::string make = c10::str("/usr/bin/python3 ", STEPWISE_SOURCE_DIR,
+  const std::string make = c10::str(STEPWISE_TEST_PYTHON, " ", STEPWISE_SOURCE_DIR,
                                     "/tests/checkpoint/make_deepspeed_checkpoint.py ", ds);
   ASSERT_EQ(std::system(make.c_str()), 0) << make;
   // LibTorch's own unpickler cannot read DeepSpeed's file (its Python set): hence the tool.
@@ -497,8 +504,8 @@ TEST(Checkpoint, ADeepSpeedCheckpointConvertsAndLoads) {
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_ANY_THROW(torch::pickle_load(bytes));
   }
-  const std::string convert =
-      c10::str(STEPWISE_SOURCE_DIR, "/tools/deepspeed-to-stepwise ", ds, " ", converted);
+  const std::string convert = c10::str(STEPWISE_TEST_PYTHON, " ", STEPWISE_SOURCE_DIR,
+                                       "/tools/deepspeed-to-stepwise ", ds, " ", converted);
   ASSERT_EQ(std::system(convert.c_str()), 0) << convert;
 
   torch::nn::Linear model(4, 1);

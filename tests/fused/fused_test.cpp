@@ -423,7 +423,10 @@ TEST_F(FusedCuda, AdamWMatchesTheCpuBackendForEveryGradientTypeOverSeveralSteps)
         for (size_t i = 0; i < params.size(); ++i) {
           const auto at = c10::str(dtype, " decoupled ", decoupled, " step ", step, " tensor ", i);
           // Same fp32 formula; the kernel may contract to FMAs: abs 1e-6 + rel 1e-5.
-          EXPECT_TRUE(torch::allclose(gpu.params[i].cpu(), cpu.params[i], 1e-5, 1e-6)) << at;
+          EXPECT_TRUE(torch::allclose(gpu.params[i].cpu(), cpu.params[i], 1e-5, 1e-6))
+              << at << ": max |gpu - cpu| " << (gpu.params[i].cpu() - cpu.params[i]).abs().max()
+              << " where |cpu| is up to " << cpu.params[i].abs().max() << ", numel "
+              << cpu.params[i].numel();
           EXPECT_TRUE(torch::allclose(gpu.exp_avg[i].cpu(), cpu.exp_avg[i], 1e-5, 1e-7)) << at;
           EXPECT_TRUE(torch::allclose(gpu.exp_avg_sq[i].cpu(), cpu.exp_avg_sq[i], 1e-5, 1e-7))
               << at;
