@@ -13,8 +13,10 @@
 #include <torch/serialize.h>
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -121,13 +123,22 @@ void write_latest(const std::string& dir, const std::string& tag) {
   fsync_path(dir, true);
 }
 
+bool remove_tree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT;
+  const auto remove_one = [](const char* entry, const struct stat*, int, struct FTW*) {
+    return ::remove(entry) == 0 ? 0 : -1;
+  };
+  return ::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0;
+}
+
 std::string partial_folder(const std::string& dir, const std::string& tag) {
   return (fs::path(dir) / ("." + tag + ".partial")).string();
 }
 
 void make_partial_folder(const std::string& partial) {
+  remove_tree(partial);
   std::error_code ec;
-  fs::remove_all(partial, ec);
   fs::create_directories(partial, ec);
   STEPWISE_CHECK(!ec, CheckpointError, "cannot create checkpoint folder ", partial, ": ",
                  ec.message());
@@ -142,8 +153,7 @@ void publish(const std::string& partial, const std::string& dir, const std::stri
         ::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE);
     STEPWISE_CHECK(rc == 0, CheckpointError, "cannot replace checkpoint ", target.string(), ": ",
                    std::strerror(errno));
-    std::error_code ec;
-    fs::remove_all(partial, ec);
+    remove_tree(partial);
   } else {
     std::error_code ec;
     fs::rename(partial, target, ec);

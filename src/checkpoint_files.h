@@ -58,6 +58,13 @@ std::string read_latest(const std::string& dir);
 void write_latest(const std::string& dir, const std::string& tag);
 /// `<dir>/.<tag>.partial`: where a save writes before publish() renames it.
 std::string partial_folder(const std::string& dir, const std::string& tag);
+
+/// Removes `path` and everything under it, if it exists; returns whether nothing is left.
+/// NOTE: [no remove_all] Not std::filesystem::remove_all: PyTorch's pip wheels (2.5 and
+/// later, pytorch/pytorch#133437) export their own statically linked copy of
+/// std::filesystem, and with PyTorch 2.11 (the H200 check) remove_all of a folder
+/// crashed inside libtorch.so. POSIX nftw, depth first, does not go through it.
+bool remove_tree(const std::string& path);
 /// Creates an empty partial folder (removing one a killed save left).
 void make_partial_folder(const std::string& partial);
 /// Renames the finished partial folder to `<dir>/<tag>`, atomically replacing a

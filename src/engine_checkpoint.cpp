@@ -319,8 +319,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const SaveOptions& o
     });
   } catch (...) {  // a CheckpointError, or a DistributedError: a rank died or timed out
     if (rank == 0) {
-      std::error_code ec;
-      fs::remove_all(partial, ec);  // what the failed save wrote; the last checkpoint stays
+      detail::remove_tree(partial);  // what the failed save wrote; the last checkpoint stays
     }
     throw;
   }

@@ -12,6 +12,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/utils.h>
 
+#include <ftw.h>     // nftw
+#include <stdio.h>   // remove
 #include <stdlib.h>  // mkdtemp
 
 #include <filesystem>
@@ -39,7 +41,12 @@ struct loader_context {
   }
   ~loader_context() {
     std::filesystem::current_path(previous_);
-    std::filesystem::remove_all(scratch_);
+    // Not std::filesystem::remove_all: it crashes inside PyTorch 2.11's libtorch.so
+    // (docs/cuda.md, "PyTorch's pip wheels").
+    ::nftw(
+        scratch_.c_str(),
+        [](const char* f, const struct stat*, int, struct FTW*) { return ::remove(f); }, 16,
+        FTW_DEPTH | FTW_PHYS);
   }
   loader_context(const loader_context&) = delete;
   loader_context& operator=(const loader_context&) = delete;

@@ -22,6 +22,7 @@
 
 #include "support/error_of.h"
 #include "support/reference_problem.h"
+#include "support/remove_tree.h"
 
 namespace stepwise {
 namespace {
@@ -246,7 +247,7 @@ TEST_F(DataParallel, CheckpointsResumeBitForBitOnEveryRank) {
   engine.load_checkpoint(pattern, LoadOptions().tag("fp32-gas4-k8"));
   EXPECT_EQ(engine.global_steps(), 2);
   EXPECT_EQ(engine.global_samples(), 32) << "the samples of 2 steps of 16 at W = 2";
-  std::filesystem::remove_all(pattern);
+  testing::remove_tree(pattern);
 }
 
 TEST_F(DataParallel, ARankKilledInsideASaveLeavesThePreviousCheckpoint) {
@@ -266,7 +267,7 @@ TEST_F(DataParallel, ARankKilledInsideASaveLeavesThePreviousCheckpoint) {
       "gradient_accumulation_steps": 2, "steps_per_print": 1000000,
       "optimizer": {"type": "Adam", "params": {"lr": 0.05}}})"));
   EXPECT_EQ(engine.load_checkpoint(dir).path, dir + "/before");
-  std::filesystem::remove_all(dir);
+  testing::remove_tree(dir);
 }
 
 TEST_F(DataParallel, AnFp16OverflowOnOneRankSkipsTheStepOnEveryRank) {

@@ -6,8 +6,9 @@
 
 #include <stdlib.h>
 
-#include <filesystem>
 #include <string>
+
+#include "support/remove_tree.h"
 
 namespace stepwise::testing {
 
@@ -18,10 +19,7 @@ class ScratchDir {
     if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed: " + pattern);
     path_ = pattern;
   }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
+  ~ScratchDir() { remove_tree(path_); }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
   /// The folder.

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "support/remove_tree.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -61,7 +63,7 @@ int main(int argc, char** argv) {
     if (arg == "--reps") reps = std::stoll(argv[i + 1]);
     if (arg == "--dir") dir = argv[i + 1];
   }
-  fs::remove_all(dir);
+  stepwise::testing::remove_tree(dir);
   fs::create_directories(dir);
   torch::manual_seed(0);
   Flat model(params);
@@ -108,5 +110,5 @@ int main(int argc, char** argv) {
               median(save_sw), median(save_plain), median(save_sw) / median(save_plain));
   std::printf("load: %.3f s against %.3f s: %.3fx\n", median(load_sw), median(load_plain),
               median(load_sw) / median(load_plain));
-  fs::remove_all(dir);
+  stepwise::testing::remove_tree(dir);
 }
