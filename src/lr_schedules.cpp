@@ -53,16 +53,21 @@ ScheduleOptions options_at(size_t index) {
 
 // ---- validation: see NOTE: [option errors] ----
 
-void check_warmup_steps(int64_t steps, WarmupType type) {
-  check_positive("warmup_num_steps", steps);
-  STEPWISE_CHECK_OPTION(type != WarmupType::kLog || steps >= 2, "warmup_num_steps",
-                        "must be >= 2 with warmup_type \"log\" (ln(1) = 0), got ", steps,
-                        "; use warmup_type \"linear\" or more steps");
+// NOTE: [warmup clamp] DeepSpeed's warmups (WarmupLR, WarmupDecayLR, WarmupCosineLR) use
+// max(2, warmup_num_steps) everywhere the length appears, so 0 and 1 run exactly as 2
+// (for "log" that keeps 1 / ln(steps) finite). stepwise does the same, with one warning
+// when the schedule is built. A negative length is refused (DeepSpeed >= 0.19.3 does too).
+int64_t effective_warmup(int64_t steps) { return std::max<int64_t>(2, steps); }
+
+void check_warmup_steps(int64_t steps) {
+  STEPWISE_CHECK_OPTION(steps >= 0, "warmup_num_steps", "must be >= 0 (DeepSpeed runs 0 and 1 as 2), got ",
+                        steps);
 }
 
 void check_total_steps(int64_t total, int64_t warmup) {
-  STEPWISE_CHECK_OPTION(total > warmup, "total_num_steps", "(", total,
-                        ") must be greater than warmup_num_steps (", warmup, ")");
+  STEPWISE_CHECK_OPTION(total > effective_warmup(warmup), "total_num_steps", "(", total,
+                        ") must be greater than the warmup's length, max(2, warmup_num_steps) (",
+                        effective_warmup(warmup), ")");
 }
 
 void check_momentum(const char* option, double value) {
@@ -73,16 +78,21 @@ void check_momentum(const char* option, double value) {
 void check(const WarmupLROptions& o) {
   check_in_range("warmup_min_lr", o.warmup_min_lr(), 0.0, kFloatMax);
   check_in_range("warmup_max_lr", o.warmup_max_lr(), 0.0, kFloatMax);
-  check_warmup_steps(o.warmup_num_steps(), o.warmup_type());
+  check_warmup_steps(o.warmup_num_steps());
 }
 
+// Any total DeepSpeed runs: the decay divides by max(1, total - warmup), so a total at or
+// below the warmup's length decays to warmup_min_lr right after it.
 void check(const WarmupDecayLROptions& o) {
   check(o.warmup());
-  check_total_steps(o.total_num_steps(), o.warmup().warmup_num_steps());
+  STEPWISE_CHECK_OPTION(o.total_num_steps() >= 0, "total_num_steps", "must be >= 0, got ",
+                        o.total_num_steps());
 }
 
+// DeepSpeed v0.14 divides by total - warmup (ZeroDivisionError when they are equal, a
+// cosine that runs backwards below): the total must exceed the warmup's length.
 void check(const WarmupCosineLROptions& o) {
-  check_warmup_steps(o.warmup_num_steps(), o.warmup_type());
+  check_warmup_steps(o.warmup_num_steps());
   check_total_steps(o.total_num_steps(), o.warmup_num_steps());
   check_in_range("warmup_min_ratio", o.warmup_min_ratio(), 0.0, 1.0);
   check_in_range("cos_min_ratio", o.cos_min_ratio(), 0.0, 1.0);
@@ -109,7 +119,8 @@ void check(const LRRangeTestOptions& o) {
 // ---- the formulas, as functions of lbi ----
 
 // The warmup fraction in [0, 1] (1 once lbi >= steps), shared by every warmup.
-double warmup_fraction(int64_t lbi, int64_t steps, WarmupType type) {
+double warmup_fraction(int64_t lbi, int64_t num_steps, WarmupType type) {
+  const int64_t steps = effective_warmup(num_steps);  // see NOTE: [warmup clamp]
   if (lbi >= steps) return 1.0;
   if (type == WarmupType::kLog) {
     return std::log(static_cast<double>(lbi + 1)) * (1.0 / std::log(static_cast<double>(steps)));
@@ -122,7 +133,7 @@ double lr_of(const WarmupLROptions& o, double gamma) {
 }
 
 double cosine_ratio(const WarmupCosineLROptions& o, int64_t lbi) {
-  const auto warmup = o.warmup_num_steps();
+  const auto warmup = effective_warmup(o.warmup_num_steps());
   if (lbi < warmup) {
     return o.warmup_min_ratio() +
            warmup_fraction(lbi, warmup, o.warmup_type()) * (1.0 - o.warmup_min_ratio());
@@ -236,12 +247,41 @@ void set_scheduler_step_count(torch::optim::LRScheduler& scheduler, int64_t coun
   scheduler.*StepCountAccess::member() = static_cast<Count>(count);
 }
 
+namespace {
+
+// One warning per schedule for what DeepSpeed also only warns about: see NOTE: [warmup clamp].
+void warn_about_clamps(const ScheduleOptions& options) {
+  std::visit(
+      [](const auto& o) {
+        using T = std::decay_t<decltype(o)>;
+        int64_t steps = 2;
+        if constexpr (std::is_same_v<T, WarmupLROptions> || std::is_same_v<T, WarmupCosineLROptions>) {
+          steps = o.warmup_num_steps();
+        } else if constexpr (std::is_same_v<T, WarmupDecayLROptions>) {
+          steps = o.warmup().warmup_num_steps();
+          if (o.total_num_steps() < effective_warmup(steps)) {
+            TORCH_WARN("WarmupDecayLR: total_num_steps (", o.total_num_steps(),
+                       ") is below the warmup's length (", effective_warmup(steps),
+                       "): the lr falls to warmup_min_lr right after the warmup, as in DeepSpeed");
+          }
+        }
+        if (steps < 2) {
+          TORCH_WARN("warmup_num_steps ", steps,
+                     " runs as 2, as in DeepSpeed (its warmups use max(2, warmup_num_steps))");
+        }
+      },
+      options);
+}
+
+}  // namespace
+
 Schedule::Schedule(torch::optim::Optimizer& optimizer, ScheduleOptions options)
     : torch::optim::LRScheduler(optimizer),
       optimizer_(optimizer),
       base_lrs_(current_lrs(optimizer)),
       options_((validate(options), std::move(options))),
       cycle_momentum_(should_cycle_momentum(options_, optimizer)) {
+  warn_about_clamps(options_);
   jump_to(0);  // lr = schedule(0), OneCycle's beta1 too
 }
 
@@ -260,7 +300,7 @@ std::vector<double> Schedule::lr_at(int64_t lbi) const {
           return same(lr_of(o, warmup_fraction(lbi, o.warmup_num_steps(), o.warmup_type())));
         } else if constexpr (std::is_same_v<T, WarmupDecayLROptions>) {
           const auto& w = o.warmup();
-          const auto warmup = w.warmup_num_steps();
+          const auto warmup = effective_warmup(w.warmup_num_steps());
           const double total = static_cast<double>(o.total_num_steps());
           const double gamma =
               lbi < warmup ? warmup_fraction(lbi, warmup, w.warmup_type())

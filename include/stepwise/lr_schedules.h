@@ -48,7 +48,8 @@ struct WarmupLROptions {
   TORCH_ARG(double, warmup_min_lr) = 0.0;
   /// Lr at the end of the warmup.
   TORCH_ARG(double, warmup_max_lr) = 1e-3;
-  /// Warmup length W in scheduler steps (>= 2 for log warmup).
+  /// Warmup length in scheduler steps, >= 0; the schedule uses max(2, warmup_num_steps), as
+  /// DeepSpeed does (0 and 1 run as 2, with a warning; see NOTE: [warmup clamp]).
   TORCH_ARG(int64_t, warmup_num_steps) = 1000;
   /// Shape of the warmup: log (DeepSpeed default) or linear.
   TORCH_ARG(WarmupType, warmup_type) = WarmupType::kLog;
@@ -58,17 +59,19 @@ struct WarmupLROptions {
 struct WarmupDecayLROptions {
   /// The warmup, as WarmupLR's options.
   TORCH_ARG(WarmupLROptions, warmup);
-  /// Total scheduler steps T; must exceed the warmup's warmup_num_steps.
+  /// Total scheduler steps T >= 0. After the warmup the lr decays linearly, reaching
+  /// warmup_min_lr at T (right after the warmup when T is not beyond it, as in DeepSpeed).
   TORCH_ARG(int64_t, total_num_steps) = 0;
 };
 
 /// Options of WarmupCosineLR: ratios (in [0, 1]) of the optimizer's own lr.
 struct WarmupCosineLROptions {
-  /// Total scheduler steps T; must exceed warmup_num_steps.
+  /// Total scheduler steps T; must exceed max(2, warmup_num_steps).
   TORCH_ARG(int64_t, total_num_steps) = 0;
   /// Fraction of the optimizer lr at the start of the warmup.
   TORCH_ARG(double, warmup_min_ratio) = 0.0;
-  /// Warmup length W in scheduler steps (>= 2 for log warmup).
+  /// Warmup length in scheduler steps, >= 0; the schedule uses max(2, warmup_num_steps), as
+  /// DeepSpeed does (0 and 1 run as 2, with a warning; see NOTE: [warmup clamp]).
   TORCH_ARG(int64_t, warmup_num_steps) = 1000;
   /// Fraction of the optimizer lr at the end of the cosine.
   TORCH_ARG(double, cos_min_ratio) = 1e-4;

@@ -221,28 +221,24 @@ INSTANTIATE_TEST_SUITE_P(
                       "params": {"warmup_type": "cosine"}}})",
                   "scheduler.params.warmup_type \"cosine\" is not a warmup type; use \"log\" "
                   "or \"linear\""},
-        ErrorCase{"WarmupLogOneStep",
+        ErrorCase{"WarmupNegativeSteps",
                   R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR",
-                      "params": {"warmup_num_steps": 1}}})",
-                  "scheduler.params.warmup_num_steps must be >= 2 with warmup_type \"log\" "
-                  "(ln(1) = 0), got 1; use warmup_type \"linear\" or more steps"},
-        ErrorCase{"WarmupZeroSteps",
-                  R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR",
-                      "params": {"warmup_num_steps": 0}}})",
-                  "scheduler.params.warmup_num_steps must be a positive integer, got 0"},
+                      "params": {"warmup_num_steps": -1}}})",
+                  "scheduler.params.warmup_num_steps must be >= 0 (DeepSpeed runs 0 and 1 as 2), "
+                  "got -1"},
         ErrorCase{"DecayTotalMissing",
                   R"({"train_batch_size": 8, "scheduler": {"type": "WarmupDecayLR"}})",
                   "scheduler.params.total_num_steps is required for WarmupDecayLR"},
-        ErrorCase{"DecayTotalBelowWarmup",
-                  R"({"train_batch_size": 8, "scheduler": {"type": "WarmupDecayLR",
+        ErrorCase{"CosineTotalNotAboveWarmup",
+                  R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosineLR",
                       "params": {"total_num_steps": 5, "warmup_num_steps": 10}}})",
-                  "scheduler.params.total_num_steps (5) must be greater than "
-                  "warmup_num_steps (10)"},
+                  "scheduler.params.total_num_steps (5) must be greater than the warmup's "
+                  "length, max(2, warmup_num_steps) (10)"},
         ErrorCase{"CosineTotalEqualsWarmup",
                   R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosineLR",
                       "params": {"total_num_steps": 10, "warmup_num_steps": 10}}})",
-                  "scheduler.params.total_num_steps (10) must be greater than "
-                  "warmup_num_steps (10)"},
+                  "scheduler.params.total_num_steps (10) must be greater than the warmup's "
+                  "length, max(2, warmup_num_steps) (10)"},
         ErrorCase{"CosineTotalMissing",
                   R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosineLR"}})",
                   "scheduler.params.total_num_steps is required for WarmupCosineLR"},

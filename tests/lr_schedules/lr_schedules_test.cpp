@@ -128,20 +128,56 @@ TEST(LRSchedules, OneCycleWithoutDecayStepSizeHoldsMinLr) {
 TEST(LRSchedules, ConstructorErrorsNameTheParameter) {
   auto optimizer = optimizer_for("AdamW", 0.1);
   try {
-    WarmupDecayLR(*optimizer, WarmupDecayLROptions().total_num_steps(5).warmup(
-                                  WarmupLROptions().warmup_num_steps(10)));
-    FAIL() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "total_num_steps (5) must be greater than warmup_num_steps (10)");
-  }
-  try {
-    WarmupLR(*optimizer, WarmupLROptions().warmup_num_steps(1));
+    WarmupCosineLR(*optimizer, WarmupCosineLROptions().total_num_steps(2).warmup_num_steps(1));
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
-                 "warmup_num_steps must be >= 2 with warmup_type \"log\" (ln(1) = 0), got 1; "
-                 "use warmup_type \"linear\" or more steps");
+                 "total_num_steps (2) must be greater than the warmup's length, max(2, "
+                 "warmup_num_steps) (2)");
   }
+  try {
+    WarmupLR(*optimizer, WarmupLROptions().warmup_num_steps(-1));
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "warmup_num_steps must be >= 0 (DeepSpeed runs 0 and 1 as 2), got -1");
+  }
+}
+
+// NOTE: [warmup clamp]: DeepSpeed's lr_schedules.py sets warmup_num_steps = max(2, W) before
+// anything else, so W = 0, 1 and 2 give the same lrs. The expected values are DeepSpeed's
+// formulas at lbi 0..5 (warmup_min_lr 0, warmup_max_lr 0.001; WarmupDecayLR with
+// total_num_steps 10 decays as (10 - lbi) / (10 - 2)), worked out from its source.
+TEST(LRSchedules, WarmupsRunZeroAndOneStepsAsTwoAsDeepSpeedDoes) {
+  const std::vector<double> log_warmup = {0, 0.001, 0.001, 0.001, 0.001, 0.001};
+  const std::vector<double> linear_warmup = {0, 0.0005, 0.001, 0.001, 0.001, 0.001};
+  const std::vector<double> log_decay = {0, 0.001, 0.001, 0.000875, 0.00075, 0.000625};
+  const std::vector<double> linear_decay = {0, 0.0005, 0.001, 0.000875, 0.00075, 0.000625};
+  for (int64_t steps : {0, 1, 2}) {
+    for (auto type : {WarmupType::kLog, WarmupType::kLinear}) {
+      const bool log = type == WarmupType::kLog;
+      auto optimizer = optimizer_for("AdamW", 0.1);
+      const auto warmup =
+          WarmupLROptions().warmup_max_lr(0.001).warmup_num_steps(steps).warmup_type(type);
+      auto plain = make_scheduler(warmup, *optimizer);
+      auto decay =
+          make_scheduler(WarmupDecayLROptions().warmup(warmup).total_num_steps(10), *optimizer);
+      for (int64_t lbi = 0; lbi < 6; ++lbi) {
+        const auto at = c10::str(to_string(type), " warmup_num_steps ", steps, " lbi ", lbi);
+        EXPECT_NEAR(plain->lr_at(lbi).at(0), (log ? log_warmup : linear_warmup)[lbi], 1e-15) << at;
+        EXPECT_NEAR(decay->lr_at(lbi).at(0), (log ? log_decay : linear_decay)[lbi], 1e-15) << at;
+      }
+    }
+  }
+}
+
+TEST(LRSchedules, AWarmupDecayShorterThanItsWarmupFallsToTheMinimumAsDeepSpeedDoes) {
+  auto optimizer = optimizer_for("AdamW", 0.1);
+  auto decay = make_scheduler(WarmupDecayLROptions().total_num_steps(5).warmup(
+                                  WarmupLROptions().warmup_num_steps(10).warmup_type(
+                                      WarmupType::kLinear)),
+                              *optimizer);
+  EXPECT_NEAR(decay->lr_at(5).at(0), 0.0005, 1e-15);  // still warming up: 5 / 10
+  EXPECT_EQ(decay->lr_at(10).at(0), 0.0);             // max(0, (5 - 10) / max(1, 5 - 10))
 }
 
 TEST(LRSchedules, OptionsOutOfRangeAreConfigErrorsNamingTheOption) {
