@@ -37,3 +37,12 @@ endif()
 if(STEPWISE_BUILD_TESTS)
   include(GoogleTest)
 endif()
+
+# xxHash's header (XXH3, inlined with XXH_INLINE_ALL into the library's sources that hash:
+# src/hash_bytes.h), so the library links nothing more and an installed stepwise needs
+# nothing of it in a user's project (NOTE: [installed dependencies]).
+find_path(STEPWISE_XXHASH_INCLUDE_DIR xxhash.h HINTS ${STEPWISE_THIRD_PARTY_DIR}/include)
+if(NOT STEPWISE_XXHASH_INCLUDE_DIR)
+  message(FATAL_ERROR "xxhash.h not found: run tools/bootstrap (Debian's libxxhash-dev), or "
+                      "configure with -DSTEPWISE_THIRD_PARTY_DIR (tools/stage-third-party)")
+endif()

@@ -166,18 +166,24 @@ void publish(const std::string& partial, const std::string& dir, const std::stri
 namespace {
 
 void write_sum(const std::string& path, size_t size, uint64_t sum) {
-  const std::string line = c10::str(size, " ", sum, "\n");
+  const std::string line = c10::str(kHashName, " ", size, " ", sum, "\n");
   write_bytes(path + ".sum", line.data(), line.size());
 }
 
 // Checks `path`'s size and hash against its sidecar, reading it in pieces.
 void check_sum(const std::string& path) {
   std::ifstream sum_file(path + ".sum");
+  std::string name;
   size_t size = 0;
   uint64_t sum = 0;
   STEPWISE_CHECK(fs::exists(path), CheckpointError, "checkpoint file ", path, " is missing");
-  STEPWISE_CHECK(sum_file >> size >> sum, CheckpointError, "checkpoint file ", path,
+  STEPWISE_CHECK(sum_file >> name, CheckpointError, "checkpoint file ", path,
                  ".sum is missing or unreadable: the checkpoint was not completely written");
+  STEPWISE_CHECK(name == kHashName, CheckpointError, "checkpoint file ", path,
+                 ".sum was written by an older stepwise (its checksum is not ", kHashName,
+                 "): load the checkpoint with the stepwise that saved it and save it again");
+  STEPWISE_CHECK(sum_file >> size >> sum, CheckpointError, "checkpoint file ", path,
+                 ".sum is unreadable: the checkpoint was not completely written");
   // Hashed where the page cache holds it (mmap): no copy of the file in memory.
   const int fd = ::open(path.c_str(), O_RDONLY);
   STEPWISE_CHECK(fd >= 0, CheckpointError, "cannot open checkpoint file ", path, ": ",
@@ -197,7 +203,7 @@ void check_sum(const std::string& path) {
           c10::str("cannot map checkpoint file ", path, ": ", std::strerror(errno)));
     }
     ::madvise(data, total, MADV_SEQUENTIAL);
-    hash.update(static_cast<const unsigned char*>(data), total);
+    hash.update(data, total);
     ::munmap(data, total);
   }
   ::close(fd);
@@ -211,8 +217,9 @@ void check_sum(const std::string& path) {
 
 // NOTE: [checkpoint checksums] The zip that pickle_save writes is read back without
 // checking its CRCs, so a flipped byte in tensor data would load silently. Each file
-// has a sidecar `<file>.sum` ("<size> <hash>"), written after it and checked before it
-// is unpickled.
+// has a sidecar `<file>.sum` ("xxh3 <size> <hash>": xxHash's XXH3-64 of the bytes), written
+// after it and checked before it is unpickled. A sidecar without the hash's name comes from
+// an older stepwise (another hash) and is refused by name.
 // Streams what `produce` hands its writer into `path` (hashed on the way), flushes it to
 // disk and writes its checksum sidecar.
 using ByteWriter = std::function<size_t(const void*, size_t)>;
@@ -223,7 +230,7 @@ void write_streamed(const std::string& path,
   size_t size = 0;
   produce([&](const void* data, size_t n) -> size_t {
     out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-    hash.update(static_cast<const unsigned char*>(data), n);
+    hash.update(data, n);
     size += n;
     return n;
   });

@@ -1,67 +1,33 @@
-// stepwise (internal): a fast 64-bit hash of bytes, for fingerprints and checksums.
+// stepwise (internal): 64-bit hashes of bytes, for the checkpoint checksums and the guard
+// rails' CPU fingerprints: xxHash's XXH3 (Debian's libxxhash-dev), inlined from its header,
+// so the library links nothing more and a user's project needs nothing of it.
 #pragma once
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 namespace stepwise::detail {
 
-/// FNV-1a over 8-byte words, in 4 independent lanes so the multiplies overlap, each
-/// product rotated so that its high bits reach the low bits of the next one (a multiply
-/// alone only carries upward: two flips of a word's top bit would cancel), and the lanes
-/// mixed at the end with MurmurHash3's finalizer. Any change to the bytes changes it
-/// (with overwhelming probability), in one pass over memory. Fed in pieces of any size,
-/// it gives the hash of their concatenation.
+/// The name a checksum sidecar gives its hash (NOTE: [checkpoint checksums]).
+inline constexpr const char* kHashName = "xxh3";
+
+/// XXH3-64 fed in pieces of any size: the hash of their concatenation.
 class StreamingHash {
  public:
+  StreamingHash() { XXH3_64bits_reset(&state_); }
   /// Adds `n` bytes.
-  void update(const unsigned char* data, size_t n) {
-    while (n > 0 && fill_ > 0) {  // complete a pending block first
-      block_[fill_++] = *data++;
-      --n;
-      if (fill_ == 32) {
-        mix(block_);
-        fill_ = 0;
-      }
-    }
-    for (; n >= 32; data += 32, n -= 32) mix(data);
-    for (; n > 0; --n) block_[fill_++] = *data++;
-  }
+  void update(const void* data, size_t n) { XXH3_64bits_update(&state_, data, n); }
   /// The hash of everything added.
-  uint64_t finish() const {
-    uint64_t l0 = lane_[0];
-    for (size_t i = 0; i < fill_; ++i) l0 = rotl((l0 ^ block_[i]) * kPrime);
-    uint64_t h = fmix(l0);
-    for (int k = 1; k < 4; ++k) h = fmix(h ^ rotl(lane_[k]) ^ (h >> 29));
-    return h;
-  }
+  uint64_t finish() const { return XXH3_64bits_digest(&state_); }
 
  private:
-  static constexpr uint64_t kPrime = 1099511628211ULL;
-  static uint64_t rotl(uint64_t x) { return (x << 27) | (x >> 37); }
-  static uint64_t fmix(uint64_t x) {
-    x = (x ^ (x >> 33)) * 0xff51afd7ed558ccdULL;
-    x = (x ^ (x >> 33)) * 0xc4ceb9fe1a85ec53ULL;
-    return x ^ (x >> 33);
-  }
-  void mix(const unsigned char* block) {
-    for (int k = 0; k < 4; ++k) {
-      uint64_t word;
-      std::memcpy(&word, block + 8 * k, 8);
-      lane_[k] = rotl((lane_[k] ^ word) * kPrime);
-    }
-  }
-  uint64_t lane_[4] = {14695981039346656037ULL, 1, 2, 3};
-  unsigned char block_[32] = {};
-  size_t fill_ = 0;
+  XXH3_state_t state_;
 };
 
-/// The StreamingHash of `n` bytes.
-inline uint64_t hash_bytes(const unsigned char* data, size_t n) {
-  StreamingHash h;
-  h.update(data, n);
-  return h.finish();
-}
+/// XXH3-64 of `n` bytes.
+inline uint64_t hash_bytes(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
 }  // namespace stepwise::detail

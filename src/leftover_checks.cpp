@@ -56,7 +56,7 @@ std::vector<uint64_t> fingerprints(const std::vector<torch::Tensor>& tensors) {
       continue;
     }
     const torch::Tensor c = t.is_contiguous() ? t : t.contiguous();
-    out[i] = hash_bytes(static_cast<const unsigned char*>(c.data_ptr()), c.nbytes());
+    out[i] = hash_bytes(c.data_ptr(), c.nbytes());
   }
   if (!device_tensors.empty()) {
     const auto norms =

@@ -60,8 +60,8 @@ ScheduleOptions options_at(size_t index) {
 int64_t effective_warmup(int64_t steps) { return std::max<int64_t>(2, steps); }
 
 void check_warmup_steps(int64_t steps) {
-  STEPWISE_CHECK_OPTION(steps >= 0, "warmup_num_steps", "must be >= 0 (DeepSpeed runs 0 and 1 as 2), got ",
-                        steps);
+  STEPWISE_CHECK_OPTION(steps >= 0, "warmup_num_steps",
+                        "must be >= 0 (DeepSpeed runs 0 and 1 as 2), got ", steps);
 }
 
 void check_total_steps(int64_t total, int64_t warmup) {
@@ -255,7 +255,8 @@ void warn_about_clamps(const ScheduleOptions& options) {
       [](const auto& o) {
         using T = std::decay_t<decltype(o)>;
         int64_t steps = 2;
-        if constexpr (std::is_same_v<T, WarmupLROptions> || std::is_same_v<T, WarmupCosineLROptions>) {
+        if constexpr (std::is_same_v<T, WarmupLROptions> ||
+                      std::is_same_v<T, WarmupCosineLROptions>) {
           steps = o.warmup_num_steps();
         } else if constexpr (std::is_same_v<T, WarmupDecayLROptions>) {
           steps = o.warmup().warmup_num_steps();

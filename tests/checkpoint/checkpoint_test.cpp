@@ -253,6 +253,19 @@ TEST(Checkpoint, TruncatedOrCorruptedFilesAreNamed) {
               fresh.engine.load_checkpoint(dir.path(), LoadOptions().tag("twice"));
             }).find("its checksum differs from the one written with it"),
             std::string::npos);
+  // A sidecar in the format of an older stepwise ("<size> <hash>", another hash) is refused
+  // by name, not reported as corruption.
+  const std::string old_format =
+      (fs::path(r.engine.save_checkpoint(dir.path(), SaveOptions().tag("old"))) /
+       "mp_rank_00_model_states.pt")
+          .string();
+  std::ofstream(old_format + ".sum") << fs::file_size(old_format) << " 12345\n";
+  EXPECT_EQ(testing::error_of<CheckpointError>(
+                [&] { fresh.engine.load_checkpoint(dir.path(), LoadOptions().tag("old")); }),
+            c10::str("checkpoint file ", old_format,
+                     ".sum was written by an older stepwise (its checksum is not xxh3): load "
+                     "the checkpoint with the stepwise that saved it and save it again"));
+  EXPECT_TRUE(torch::equal(fresh.model->w, w)) << "a failed load changes nothing";
 }
 
 struct OtherModelImpl : torch::nn::Module {

@@ -172,10 +172,10 @@ TEST(LRSchedules, WarmupsRunZeroAndOneStepsAsTwoAsDeepSpeedDoes) {
 
 TEST(LRSchedules, AWarmupDecayShorterThanItsWarmupFallsToTheMinimumAsDeepSpeedDoes) {
   auto optimizer = optimizer_for("AdamW", 0.1);
-  auto decay = make_scheduler(WarmupDecayLROptions().total_num_steps(5).warmup(
-                                  WarmupLROptions().warmup_num_steps(10).warmup_type(
-                                      WarmupType::kLinear)),
-                              *optimizer);
+  auto decay =
+      make_scheduler(WarmupDecayLROptions().total_num_steps(5).warmup(
+                         WarmupLROptions().warmup_num_steps(10).warmup_type(WarmupType::kLinear)),
+                     *optimizer);
   EXPECT_NEAR(decay->lr_at(5).at(0), 0.0005, 1e-15);  // still warming up: 5 / 10
   EXPECT_EQ(decay->lr_at(10).at(0), 0.0);             // max(0, (5 - 10) / max(1, 5 - 10))
 }
