@@ -1,5 +1,6 @@
 #include "checkpoint_files.h"
 
+#include "checkpoint_zip.h"
 #include "hash_bytes.h"
 
 #include <stepwise/checkpoint.h>
@@ -96,11 +97,18 @@ std::string optimizer_type(const torch::optim::Optimizer& optimizer) {
 std::string window_file(int64_t rank) { return c10::str("window_rank_", rank, ".pt"); }
 
 void check_tag(const std::string& tag) {
-  const bool ok =
-      !tag.empty() && tag.find('/') == std::string::npos && tag != "latest" && tag[0] != '.';
-  STEPWISE_CHECK(ok, CheckpointError, "checkpoint tag \"", tag,
-                 "\" cannot name a folder: use a non-empty name without '/' that does not start "
-                 "with '.' and is not \"latest\" (the default is \"global_step<N>\")");
+  // A folder name holds at most NAME_MAX (255) bytes, and a save writes `.<tag>.partial`.
+  constexpr size_t kMaxTag = 255 - std::char_traits<char>::length("..partial");
+  const bool control = std::any_of(tag.begin(), tag.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == '\x7f';
+  });
+  const bool ok = !tag.empty() && tag.size() <= kMaxTag && !control &&
+                  tag.find('/') == std::string::npos && tag != "latest" && tag[0] != '.';
+  const std::string shown = tag.size() <= 60 ? tag : tag.substr(0, 40) + "...";
+  STEPWISE_CHECK(ok, CheckpointError, "checkpoint tag \"", shown, "\" (", tag.size(),
+                 " bytes) cannot name a folder: use a non-empty name of at most ", kMaxTag,
+                 " bytes, without '/' or control characters, that does not start with '.' and is "
+                 "not \"latest\" (the default is \"global_step<N>\")");
 }
 
 std::string read_latest(const std::string& dir) {
@@ -195,6 +203,7 @@ void check_sum(const std::string& path) {
     throw CheckpointError(c10::str("cannot read checkpoint file ", path, ": ", ec.message()));
   }
   StreamingHash hash;
+  std::string structure = "it is empty";
   if (total > 0) {
     void* data = ::mmap(nullptr, total, PROT_READ, MAP_PRIVATE, fd, 0);
     if (data == MAP_FAILED) {
@@ -204,6 +213,7 @@ void check_sum(const std::string& path) {
     }
     ::madvise(data, total, MADV_SEQUENTIAL);
     hash.update(data, total);
+    structure = zip_structure_problem(static_cast<const unsigned char*>(data), total);
     ::munmap(data, total);
   }
   ::close(fd);
@@ -211,6 +221,10 @@ void check_sum(const std::string& path) {
                  " (", total, " bytes) is truncated or corrupted: ",
                  size == total ? "its checksum differs from the one written with it"
                                : c10::str("it should have ", size, " bytes"));
+  // see NOTE: [zip structure check]: damage that a rewritten sidecar hides.
+  STEPWISE_CHECK(structure.empty(), CheckpointError, "checkpoint file ", path,
+                 " is damaged: ", structure,
+                 " (its checksum sidecar was written after the damage)");
 }
 
 }  // namespace

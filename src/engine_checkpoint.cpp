@@ -8,8 +8,10 @@
 
 #include "checkpoint_deepspeed.h"
 #include "checkpoint_files.h"
+#include "checkpoint_optimizer.h"
 #include "leftover_checks.h"
 
+#include <cmath>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -71,59 +73,6 @@ const char* precision_name(PrecisionMode mode) {
   }
 }
 
-// LibTorch 1.13's Optimizer::load restores the state but not the parameter groups'
-// options (lr, betas, momentum, ...), so they are saved beside it, group by group, with
-// each group's size so that a load can check them before it changes anything.
-void save_optimizer(const torch::optim::Optimizer& optimizer,
-                    torch::serialize::OutputArchive& archive) {
-  torch::serialize::OutputArchive state(archive.compilation_unit());
-  optimizer.save(state);
-  archive.write("state", state);
-  const auto& groups = optimizer.param_groups();
-  std::vector<int64_t> sizes;
-  for (const auto& g : groups) sizes.push_back(static_cast<int64_t>(g.params().size()));
-  archive.write("group_sizes", torch::tensor(sizes, torch::kLong));
-  for (size_t i = 0; i < groups.size(); ++i) {
-    torch::serialize::OutputArchive options(archive.compilation_unit());
-    groups[i].options().serialize(options);
-    archive.write(c10::str("options/", i), options);
-  }
-}
-
-// Why the archive read from `file` does not fit `optimizer` (empty: it fits).
-std::string optimizer_mismatch(torch::optim::Optimizer& optimizer,
-                               torch::serialize::InputArchive& archive, const std::string& file) {
-  torch::Tensor sizes;
-  detail::reading(file, [&] { archive.read("group_sizes", sizes); });
-  const auto& groups = optimizer.param_groups();
-  if (sizes.numel() != static_cast<int64_t>(groups.size())) {
-    return c10::str("it has ", sizes.numel(), " parameter groups, this optimizer ", groups.size());
-  }
-  for (size_t i = 0; i < groups.size(); ++i) {
-    const int64_t saved = sizes[static_cast<int64_t>(i)].item<int64_t>();
-    if (saved != static_cast<int64_t>(groups[i].params().size())) {
-      return c10::str("its parameter group ", i, " has ", saved, " parameters, this optimizer's ",
-                      groups[i].params().size());
-    }
-  }
-  return "";
-}
-
-void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive) {
-  torch::serialize::InputArchive state;
-  archive.read("state", state);
-  // Optimizer::load only sets the parameters the archive has a state for: the state of a
-  // parameter it lacks (never stepped when saved) must not survive from before the load.
-  optimizer.state().clear();
-  optimizer.load(state);
-  auto& groups = optimizer.param_groups();
-  for (size_t i = 0; i < groups.size(); ++i) {
-    torch::serialize::InputArchive options;
-    archive.read(c10::str("options/", i), options);
-    groups[i].options().serialize(options);
-  }
-}
-
 // NOTE: [checkpoint phases] With W > 1 a save or a load runs in phases, each ended by
 // one all-gather of every rank's "it went well" flag. A rank whose phase threw rethrows
 // its own error; the others throw a CheckpointError naming the ranks that failed. So an
@@ -131,11 +80,19 @@ void load_optimizer(torch::optim::Optimizer& optimizer, torch::serialize::InputA
 // at once instead of leaving the others in the next collective until the timeout, and a
 // load changes nothing on any rank unless every rank's checks passed. With W = 1 a phase
 // just runs.
+// A file system's or LibTorch's own error inside a phase becomes a CheckpointError naming
+// the phase, so a caller only ever sees CheckpointError (or DistributedError: a rank died).
 template <typename F>
 void phase(distributed::Context* ctx, const std::string& what, F&& run) {
   std::exception_ptr error;
   try {
-    run();
+    try {
+      run();
+    } catch (const fs::filesystem_error& e) {
+      throw CheckpointError(c10::str(what, ": ", e.what()));
+    } catch (const c10::Error& e) {
+      throw CheckpointError(c10::str(what, ": ", e.what_without_backtrace()));
+    }
   } catch (...) {
     error = std::current_exception();
   }
@@ -176,6 +133,15 @@ std::string rank0_text(distributed::Context& ctx, const std::string& text) {
   std::string out;
   for (int64_t i = 0; i < bytes.numel(); ++i) out += static_cast<char>(bytes[i].item<int64_t>());
   return out;
+}
+
+// A saved number out of its range: a damaged or foreign file (the checksum passed).
+void check_field(bool ok, const std::string& file, const char* key, double value,
+                 const char* range) {
+  STEPWISE_CHECK(ok, CheckpointError, "checkpoint file ", file, " holds ", key, " = ", value,
+                 ", which must be ", range,
+                 ": the file is damaged or was not written by "
+                 "stepwise's save_checkpoint");
 }
 
 std::string shape_of(const torch::Tensor& t) { return c10::str(t.sizes()); }
@@ -308,7 +274,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const SaveOptions& o
       detail::write_pickle((fs::path(partial) / detail::kModelStatesFile).string(),
                            model_states(options.client_state()));
       torch::serialize::OutputArchive optimizer_archive;
-      save_optimizer(*optimizer_, optimizer_archive);
+      detail::save_optimizer(*optimizer_, optimizer_archive);
       detail::write_archive((fs::path(partial) / detail::kOptimizerFile).string(),
                             optimizer_archive);
     });
@@ -464,6 +430,7 @@ void Engine::check_load(const LoadOptions& options, detail::LoadPlan& plan) cons
   const std::string saved_precision = entry(states, "precision", file).toStringRef();
   const std::string precision = precision_name(precision_->mode());
   const int64_t pending = entry(states, "window_micro_batches", file).toInt();
+  check_field(pending >= 0, file, "window_micro_batches", static_cast<double>(pending), ">= 0");
   const bool mid_window = pending > 0 || entry(states, "window_awaiting_step", file).toBool();
   plan.continue_window = mid_window && options.load_window();
   if (plan.continue_window) {
@@ -506,6 +473,13 @@ void Engine::check_load(const LoadOptions& options, detail::LoadPlan& plan) cons
       if (!plan.continue_window) return;
       plan.counters.window_backwards = entry(w, "window_backwards", window_path).toInt();
       plan.counters.window_scaled = entry(w, "window_scaled", window_path).toInt();
+      check_field(plan.counters.window_backwards == pending, window_path, "window_backwards",
+                  static_cast<double>(plan.counters.window_backwards),
+                  c10::str("the shared file's window_micro_batches (", pending, ")").c_str());
+      check_field(plan.counters.window_scaled >= 0 &&
+                      plan.counters.window_scaled <= plan.counters.window_backwards,
+                  window_path, "window_scaled", static_cast<double>(plan.counters.window_scaled),
+                  "in 0..window_backwards");
       for (const auto& l : entry(w, "window_losses", window_path).toTensorList()) {
         plan.window_losses.push_back(l);
       }
@@ -547,8 +521,17 @@ void Engine::check_load(const LoadOptions& options, detail::LoadPlan& plan) cons
                  "LoadOptions().load_optimizer_states(false)");
   const std::string optimizer_file = (fs::path(plan.path) / detail::kOptimizerFile).string();
   detail::read_archive(optimizer_file, plan.optimizer_archive);
+  std::map<const c10::TensorImpl*, std::string> param_names;
+  for (size_t i = 0; i < names.size(); ++i) {
+    param_names.emplace(masters[i].unsafeGetTensorImpl(), names[i]);
+    param_names.emplace(model_params[i].unsafeGetTensorImpl(), names[i]);
+  }
+  const auto name_of = [&](const torch::Tensor& p) {
+    const auto it = param_names.find(p.unsafeGetTensorImpl());
+    return it != param_names.end() ? it->second : std::string("(not a parameter of the model)");
+  };
   const std::string mismatch =
-      optimizer_mismatch(*optimizer_, plan.optimizer_archive, optimizer_file);
+      detail::optimizer_mismatch(*optimizer_, plan.optimizer_archive, optimizer_file, name_of);
   STEPWISE_CHECK(mismatch.empty(), CheckpointError, "the optimizer state in ", optimizer_file,
                  " does not fit this engine's optimizer: ", mismatch,
                  ". Build the same optimizer, or pass LoadOptions().load_optimizer_states(false)");
@@ -558,13 +541,32 @@ void Engine::check_load(const LoadOptions& options, detail::LoadPlan& plan) cons
 void Engine::read_states(const LoadOptions& options, detail::LoadPlan& plan) const {
   const Dict& states = plan.states;
   const std::string& file = plan.states_file;
+  // NOTE: [saved fields] every number a load applies is in its range first, so a damaged
+  // file is refused here and never trains from nonsense.
+  const auto check_count = [&](const char* key, int64_t value, int64_t low = 0) {
+    check_field(value >= low, file, key, static_cast<double>(value), low == 0 ? ">= 0" : ">= -1");
+  };
   const auto& sched = entry(states, "lr_scheduler", file);
   if (scheduler_ && !sched.isNone() && options.load_lr_scheduler_states()) {
     const auto s = sched.toGenericDict();
     plan.scheduler_steps.emplace(entry(s, "step_count", file).toInt(),
                                  entry(s, "steps_taken", file).toInt());
+    check_count("lr_scheduler.step_count", plan.scheduler_steps->first);
+    const int64_t taken = plan.scheduler_steps->second;
+    check_field(taken >= 0 && taken <= plan.scheduler_steps->first, file,
+                "lr_scheduler.steps_taken", static_cast<double>(taken),
+                "in 0..lr_scheduler.step_count");
     const auto lrs = s.find(c10::IValue(std::string("lrs")));  // none from DeepSpeed
     if (lrs != s.end()) plan.scheduler_lrs = lrs->value().toDoubleVector();
+    STEPWISE_CHECK(lrs == s.end() || plan.scheduler_lrs.size() == optimizer_->param_groups().size(),
+                   CheckpointError, "checkpoint file ", file, " holds ", plan.scheduler_lrs.size(),
+                   " scheduler lrs for ", optimizer_->param_groups().size(),
+                   " parameter groups: build the same optimizer, or pass "
+                   "LoadOptions().load_lr_scheduler_states(false)");
+    for (double lr : plan.scheduler_lrs) {
+      check_field(std::isfinite(lr) && lr >= 0.0, file, "an lr of lr_scheduler.lrs", lr,
+                  "finite and >= 0");
+    }
   }
   const auto& scaler = entry(states, "loss_scaler", file);
   if (precision_->scaler() != nullptr && !scaler.isNone()) {
@@ -573,13 +575,25 @@ void Engine::read_states(const LoadOptions& options, detail::LoadPlan& plan) con
         LossScalerState{entry(s, "scale", file).toDouble(), entry(s, "iteration", file).toInt(),
                         entry(s, "last_overflow_iteration", file).toInt(),
                         entry(s, "hysteresis_left", file).toInt()};
+    check_field(std::isfinite(plan.scaler->scale) && plan.scaler->scale > 0.0, file,
+                "loss_scaler.scale", plan.scaler->scale, "finite and > 0");
+    check_count("loss_scaler.iteration", plan.scaler->iteration);
+    check_count("loss_scaler.last_overflow_iteration", plan.scaler->last_overflow_iteration, -1);
+    check_count("loss_scaler.hysteresis_left", plan.scaler->hysteresis_left);
   }
   AccumulatorState& acc = plan.counters;
   acc.micro_steps = entry(states, "micro_steps", file).toInt();
   acc.global_steps = entry(states, "global_steps", file).toInt();
   acc.skipped_steps = entry(states, "skipped_steps", file).toInt();
   acc.global_samples = entry(states, "global_samples", file).toInt();
+  check_count("micro_steps", acc.micro_steps);
+  check_count("global_steps", acc.global_steps);
+  check_field(acc.skipped_steps >= 0 && acc.skipped_steps <= acc.global_steps, file,
+              "skipped_steps", static_cast<double>(acc.skipped_steps), "in 0..global_steps");
+  check_count("global_samples", acc.global_samples);
   const int64_t manual = entry(states, "manual_boundary", file).toInt();
+  check_field(manual >= -1 && manual <= 1, file, "manual_boundary", static_cast<double>(manual),
+              "-1 (none), 0 or 1");
   if (manual >= 0) acc.manual_boundary = manual == 1;
   if (plan.continue_window) {
     acc.awaiting_step = entry(states, "window_awaiting_step", file).toBool();
@@ -596,7 +610,7 @@ void Engine::read_states(const LoadOptions& options, detail::LoadPlan& plan) con
 }
 
 void Engine::apply_load(detail::LoadPlan& plan) {
-  if (plan.load_optimizer) load_optimizer(*optimizer_, plan.optimizer_archive);
+  if (plan.load_optimizer) detail::load_optimizer(*optimizer_, plan.optimizer_archive);
   if (!plan.deepspeed_optimizer.isNone()) {
     detail::apply_deepspeed_optimizer(*optimizer_, plan.deepspeed_optimizer);
   }
