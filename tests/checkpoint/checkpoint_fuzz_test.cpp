@@ -245,8 +245,16 @@ TEST(CheckpointFuzz, EveryDamagedOrForeignCheckpointIsRefusedOrLoadsExactly) {
     bool refusal = false;
     try {
       run.engine->load_checkpoint(dir);
-    } catch (const CheckpointError&) {
+    } catch (const CheckpointError& e) {
       refusal = true;
+      if (c.name == "good/optimizer_states.pt from another model") {
+        // The state of another model's shapes fits the groups: each entry is checked.
+        EXPECT_NE(std::string(e.what()).find("the exp_avg of parameter \"fc1.weight\" is "
+                                             "Float of shape [9, 9], the parameter Float of "
+                                             "shape [8, 8]"),
+                  std::string::npos)
+            << e.what();
+      }
     } catch (const std::exception& e) {
       ADD_FAILURE() << c.name << ": not a CheckpointError: " << e.what();
       continue;
