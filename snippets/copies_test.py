@@ -4,17 +4,27 @@
 
 copies.json is what the browser test copied with each C++ block's copy button on the built
 site (tests/browser/site_test.mjs), with the page's output block and tolerance as the HTML
-has them. Each page's copies become one consumer project whose CMakeLists.txt has only
-find_package(stepwise) against the install prefix (`cmake --install`): no precompiled
-header, no include path of this repository. Every program and fragment copy must build
-and, run from the repository's root as the in-tree docs tests are, print what the page
-shows; every compile-fail copy must fail to compile with its diagnostic.
+has them. The copies become one consumer project, one target each, whose CMakeLists.txt
+has only find_package(stepwise) against the install prefix (`cmake --install`): no include
+path of this repository. Every program and fragment copy must build and, run from the
+repository's root as the in-tree docs tests are, print what the page shows; every
+compile-fail copy must fail to compile with its diagnostic.
+
+NOTE: [first-include PCH] GCC uses a precompiled header only for an #include that comes
+before any other token of the file, and only a `name.gch` found where `name` would be
+found. So a .gch of <stepwise/stepwise.h> and one of <torch/torch.h>, built from the
+consumer project's own compile command and put in an -I folder that holds no headers,
+speed up exactly the copies that begin with that include and change nothing else: each
+copy still gets only what it includes, and a copy that lacks an include still fails
+(checked here on every run, with a copy that uses a LibTorch module stepwise.h does not
+include). -Winvalid-pch says so if a .gch is ever not used.
 """
 import argparse
 import collections
-import concurrent.futures
 import json
 import pathlib
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -22,8 +32,9 @@ import time
 import run_block
 
 CMAKELISTS = """cmake_minimum_required(VERSION 3.16)
-project(stepwise_copies_{name} LANGUAGES CXX)
+project(stepwise_copies LANGUAGES CXX)
 set(CMAKE_CXX_STANDARD 17)
+set(CMAKE_EXPORT_COMPILE_COMMANDS ON)
 find_package(stepwise REQUIRED)
 foreach(id {runnable})
   add_executable(${{id}} ${{id}}.cpp)
@@ -35,6 +46,16 @@ foreach(id {failing})
 endforeach()
 """
 
+# What the first-include PCHs hold, and the copy that must still fail with them.
+PCH_HEADERS = ["stepwise/stepwise.h", "torch/torch.h"]
+MISSING_INCLUDE = {
+    "id": "pch-probe-missing-include",
+    "copy": "#include <stepwise/stepwise.h>\n\nint main() {\n"
+            "  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(1, 1, 3));  // <torch/nn/modules/conv.h>\n"
+            "  return conv->weight.numel() == 9 ? 0 : 1;\n}\n",
+    "expect": "Conv2d",
+}
+
 
 def write_if_changed(path, text):
     if not path.exists() or path.read_text() != text:
@@ -45,54 +66,48 @@ def target(block_id):
     return "copy_" + block_id.replace("-", "_")
 
 
-def test_page(page, blocks, work, prefix, flags, cwd):
-    """Builds, runs and checks one page's copies; returns (failures, counts, log lines)."""
-    failures, counts, log = [], collections.Counter(), []
-    runnable = [b for b in blocks if b["kind"] in ("program", "fragment")]
-    failing = [b for b in blocks if b["kind"] == "compile-fail"]
-    counts["not compiled (.no-compile)"] += sum(b["kind"] == "no-compile" for b in blocks)
-    if not runnable and not failing:
-        return failures, counts, log
-    src, build = work / page, work / page / "build"
-    src.mkdir(parents=True, exist_ok=True)
-    for b in runnable + failing:  # unchanged files keep their time: a rerun rebuilds what changed
-        write_if_changed(src / f"{target(b['id'])}.cpp", b["copy"])
-    write_if_changed(src / "CMakeLists.txt", CMAKELISTS.format(
-        name=page.replace("-", "_"), runnable=" ".join(target(b["id"]) for b in runnable),
-        failing=" ".join(target(b["id"]) for b in failing)))
-    configure = subprocess.run(
-        ["cmake", "-S", src, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=", f"-DCMAKE_CXX_FLAGS={flags}",
-         f"-DCMAKE_PREFIX_PATH={prefix}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if configure.returncode != 0:
-        return [f"{page}: the consumer project does not configure:\n{configure.stdout}"], counts, log
-    built = subprocess.run(["cmake", "--build", build, "-j", "1", "--", "-k", "0"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for b in runnable:
-        name = f"{page}.html#{b['id']}"
-        exe = build / target(b["id"])
-        if not exe.exists():
-            failures.append(f"{name}: the copy does not compile on its own:\n" + built.stdout[-6000:])
+def run(cmd, **kw):
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def build_pchs(build, pch_dir):
+    """Compiles each of PCH_HEADERS to pch_dir/<header>.gch with the consumer project's own
+    compile command (compile_commands.json), so GCC accepts it. see NOTE: [first-include PCH]"""
+    entries = json.loads((build / "compile_commands.json").read_text())
+    args = shlex.split(entries[0]["command"])
+    base, skip = [], 0
+    for i, a in enumerate(args):  # the command without its source, output and dependency file
+        if skip:
+            skip -= 1
+        elif a in ("-o", "-c", "-MT", "-MF"):
+            skip = 1
+        elif a != "-MD":
+            base.append(a)
+    dirs = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-I", "-isystem")]
+    dirs += [a[2:] for a in args if a.startswith("-I") and len(a) > 2]
+    procs, failures = [], []
+    for header in PCH_HEADERS:
+        found = [pathlib.Path(d) / header for d in dirs
+                 if (pathlib.Path(d) / header).exists() and pathlib.Path(d) != pch_dir]
+        if not found:
+            failures.append(f"PCH: {header} is in no include folder of the copies' compile command")
             continue
-        proc = subprocess.run([exe], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              timeout=300)
-        expected = b["output"] or ""
+        gch = pch_dir / (header + ".gch")
+        gch.parent.mkdir(parents=True, exist_ok=True)
+        command = base + ["-x", "c++-header", str(found[0]), "-o", str(gch)]
+        stamp = gch.with_suffix(".gch.cmd")
+        if gch.exists() and stamp.exists() and stamp.read_text() == shlex.join(command) \
+                and gch.stat().st_mtime > found[0].stat().st_mtime:
+            continue  # up to date (a rerun)
+        procs.append((header, gch, stamp, command, subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    for header, gch, stamp, command, proc in procs:
+        out, _ = proc.communicate()
         if proc.returncode != 0:
-            failures.append(f"{name}: the copy exited with status {proc.returncode}:\n{proc.stderr[-3000:]}")
-        elif not run_block.same_output(expected, proc.stdout, b["tolerance"], b.get("atol", "")):
-            failures.append(f"{name}: the copy printed\n{proc.stdout}\nbut the page shows\n{expected}")
+            failures.append(f"PCH: {header} does not compile as a header:\n{out[-3000:]}")
         else:
-            counts[f"{b['kind']} copies built and run"] += 1
-            log.append(f"ok   {name}: built alone, printed what the page shows")
-    for b in failing:
-        name = f"{page}.html#{b['id']}"
-        proc = subprocess.run(["cmake", "--build", build, "--target", target(b["id"])],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if proc.returncode == 0 or b["expect"] not in proc.stdout:
-            failures.append(f"{name}: expected a compile error containing {b['expect']!r}:\n{proc.stdout[-3000:]}")
-        else:
-            counts["compile-fail copies failing as the page says"] += 1
-            log.append(f"ok   {name}: fails to compile with {b['expect']!r}")
-    return failures, counts, log
+            stamp.write_text(shlex.join(command))
+    return failures
 
 
 def main():
@@ -109,26 +124,72 @@ def main():
     ap.add_argument("--cwd", default=str(pathlib.Path(__file__).resolve().parent.parent))
     args = ap.parse_args()
     copies = json.loads(pathlib.Path(args.copies).read_text())
-    pages = collections.defaultdict(list)
-    for c in copies:
-        pages[c["page"]].append(c)
-    failures, counts, start = [], collections.Counter(), time.time()
-    prefix = str(pathlib.Path(args.prefix).resolve())
-    # One consumer project per page; pages build side by side (the biggest first), one
-    # compile each, so a page's configure overlaps another's compiles.
-    order = sorted(pages, key=lambda p: -len(pages[p]))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        jobs = [pool.submit(test_page, p, pages[p], pathlib.Path(args.work), prefix, args.flags,
-                            args.cwd) for p in order]
-        for job in concurrent.futures.as_completed(jobs):
-            f, c, log = job.result()
-            failures += f
-            counts.update(c)
-            print("\n".join(log), flush=True)
+    start, failures, counts, phases = time.time(), [], collections.Counter(), []
+    work = pathlib.Path(args.work).resolve()
+    src, build, pch_dir = work / "project", work / "project" / "build", work / "pch"
+    src.mkdir(parents=True, exist_ok=True)
+    pch_dir.mkdir(parents=True, exist_ok=True)
+    for c in copies:  # one target per copy: "<page>_<id>"
+        c["target"] = target(f"{c['page']}-{c['id']}")
+    runnable = [c for c in copies if c["kind"] in ("program", "fragment")]
+    failing = [c for c in copies if c["kind"] == "compile-fail"]
+    counts["not compiled (.no-compile)"] += sum(c["kind"] == "no-compile" for c in copies)
+    probe = dict(MISSING_INCLUDE, page="pch-probe", target=target(MISSING_INCLUDE["id"]))
+    for c in runnable + failing + [probe]:  # unchanged files keep their time: a rerun rebuilds what changed
+        write_if_changed(src / f"{c['target']}.cpp", c["copy"])
+    write_if_changed(src / "CMakeLists.txt", CMAKELISTS.format(
+        runnable=" ".join(c["target"] for c in runnable),
+        failing=" ".join(c["target"] for c in failing + [probe])))
+    flags = f"{args.flags} -I{pch_dir} -Winvalid-pch"
+    configure = run(["cmake", "-S", src, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=",
+                     f"-DCMAKE_CXX_FLAGS={flags}", f"-DCMAKE_PREFIX_PATH={pathlib.Path(args.prefix).resolve()}"])
+    if configure.returncode != 0:
+        print(f"FAIL the consumer project does not configure:\n{configure.stdout}")
+        return 1
+    phases.append(f"configure {time.time() - start:.0f} s")
+    failures += build_pchs(build, pch_dir)  # the two compile side by side
+    phases.append(f"PCHs {time.time() - start:.0f} s")
+    built = run(["cmake", "--build", build, "-j", str(args.jobs), "--", "-k", "0"])
+    if "not used because" in built.stdout:
+        failures.append("PCH: a .gch was found but not used (-Winvalid-pch):\n" + built.stdout[-3000:])
+    phases.append(f"build {time.time() - start:.0f} s")
+    # The probe: a copy that begins with <stepwise/stepwise.h> and uses a LibTorch module it
+    # does not include must fail, PCH or not.
+    proc = run(["cmake", "--build", build, "--target", probe["target"]])
+    if proc.returncode == 0 or probe["expect"] not in proc.stdout:
+        failures.append("PCH: a copy that lacks an include compiled (the PCH hides it):\n" + proc.stdout[-3000:])
+    else:
+        print("ok   a copy that lacks an include still fails to compile with the PCHs", flush=True)
+    for c in runnable:
+        name = f"{c['page']}.html#{c['id']}"
+        exe = build / c["target"]
+        if not exe.exists():
+            failures.append(f"{name}: the copy does not compile on its own:\n" + built.stdout[-6000:])
+            continue
+        proc = subprocess.run([exe], cwd=args.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+        expected = c["output"] or ""
+        if proc.returncode != 0:
+            failures.append(f"{name}: the copy exited with status {proc.returncode}:\n{proc.stderr[-3000:]}")
+        elif not run_block.same_output(expected, proc.stdout, c["tolerance"], c.get("atol", "")):
+            failures.append(f"{name}: the copy printed\n{proc.stdout}\nbut the page shows\n{expected}")
+        else:
+            counts[f"{c['kind']} copies built and run"] += 1
+            print(f"ok   {name}: built alone, printed what the page shows", flush=True)
+    for c in failing:
+        name = f"{c['page']}.html#{c['id']}"
+        proc = run(["cmake", "--build", build, "--target", c["target"]])
+        if proc.returncode == 0 or c["expect"] not in proc.stdout:
+            failures.append(f"{name}: expected a compile error containing {c['expect']!r}:\n{proc.stdout[-3000:]}")
+        else:
+            counts["compile-fail copies failing as the page says"] += 1
+            print(f"ok   {name}: fails to compile with {c['expect']!r}", flush=True)
+    phases.append(f"run {time.time() - start:.0f} s")
     for f in failures:
         print("FAIL " + f)
-    print(f"\n{len(copies)} copies from the HTML over {len(pages)} pages in {time.time() - start:.0f} s: "
-          + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    pages = len({c["page"] for c in copies})
+    print(f"\n{len(copies)} copies from the HTML over {pages} pages in {time.time() - start:.0f} s "
+          f"({', '.join(phases)}): " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
     if len(copies) < 30:
         print("FAIL fewer than 30 copies: did the browser test run?")
         return 1
