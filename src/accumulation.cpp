@@ -69,10 +69,14 @@ void Accumulator::end_window(bool skipped, int64_t samples) {
   if (skipped) s_.skipped_steps += 1;
 }
 
-void Accumulator::on_step(bool boundary, bool skipped, int64_t samples) {
+void Accumulator::on_step() {
   s_.awaiting_step = false;
-  if (boundary) end_window(skipped, samples);
   s_.micro_steps += 1;
+}
+
+void Accumulator::on_boundary(bool skipped, int64_t samples) {
+  end_window(skipped, samples);
+  on_step();
 }
 
 void Accumulator::on_flush(bool skipped, int64_t samples) {

@@ -94,6 +94,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
   precision_ = std::make_unique<Precision>(config_.precision, *model_);
   optimizer_ = choose_optimizer(config_, std::move(client_optimizer), *precision_);
   precision_->attach(*optimizer_);
+  folds_ = dynamic_cast<TakesGradScale*>(optimizer_.get());  // see NOTE: [folded unscale]
   // 4. then, with the model's final dtype, the reducer makes the gradients bucket views.
   reducer_->attach(precision_->model_params());
   STEPWISE_CHECK(!(client_scheduler && config_.scheduler), ConfigError,
@@ -172,7 +173,7 @@ void Engine::step() {
   check_before_step(boundary);
   was_step_applied_ = false;  // as DeepSpeed: true only after a step() that stepped
   if (!boundary) {
-    accumulator_.on_step(false, false, 0);
+    accumulator_.on_step();
     return;
   }
   if (!accumulator_.manual_boundary()) {
@@ -231,19 +232,18 @@ void Engine::boundary_step(int64_t samples, double grad_factor, bool ends_early)
   // [folded unscale]): two passes over the gradients in all.
   // The reducer summed: its 1/W joins the unscale (NOTE: [bucket views]).
   const double factor = grad_factor * reducer_->mean_factor();
-  auto* folds = dynamic_cast<TakesGradScale*>(optimizer_.get());
   const GradientStats stats =
-      folds ? precision_->check_unscaled(factor) : precision_->unscale_and_check(factor);
+      folds_ ? precision_->check_unscaled(factor) : precision_->unscale_and_check(factor);
   global_grad_norm_ = stats.norm;
   const bool skip = stats.overflow;  // an fp16 overflow skips the optimizer AND the scheduler
   if (!skip) {
-    if (folds) {
-      folds->set_grad_scale(precision_->grad_scale(factor) *
-                            clip_coefficient(stats.norm, config_.gradient_clipping));
+    if (folds_) {
+      folds_->step_with_grad_scale(precision_->grad_scale(factor) *
+                                   clip_coefficient(stats.norm, config_.gradient_clipping));
     } else {
       clip_grads_with_norm(precision_->optimizer_params(), stats.norm, config_.gradient_clipping);
+      optimizer_->step();
     }
-    optimizer_->step();
     precision_->copy_to_model();
   }
   precision_->zero_grads();   // set_to_none, also after a skipped step
@@ -261,7 +261,7 @@ void Engine::boundary_step(int64_t samples, double grad_factor, bool ends_early)
   if (ends_early) {
     accumulator_.on_flush(skip, samples);
   } else {
-    accumulator_.on_step(true, skip, samples);
+    accumulator_.on_boundary(skip, samples);
   }
   step_time_ += Clock::now() - start;
   if (global_steps() % config_.steps_per_print == 0) print_progress();

@@ -53,7 +53,9 @@ void FusedAdamW::set_model_copies(std::vector<torch::Tensor> copies) {
   copies_ = std::move(copies);
 }
 
-torch::Tensor FusedAdamW::step(LossClosure closure) {
+torch::Tensor FusedAdamW::step(LossClosure closure) { return update(closure, 1.0); }
+
+torch::Tensor FusedAdamW::update(const LossClosure& closure, double grad_scale) {
   torch::NoGradGuard no_grad;
   torch::Tensor loss;
   if (closure) {
@@ -93,14 +95,13 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
                             .weight_decay(options.weight_decay())
                             .decoupled(decoupled_)
                             .step(step)
-                            .grad_scale(grad_scale_));
+                            .grad_scale(grad_scale));
       // The kernels write through raw pointers: tell autograd's version counters, as
       // an in-place ATen op would (and as NOTE: [leftover calls] relies on).
       for (const auto& p : lists.params) p.unsafeGetTensorImpl()->bump_version();
       for (const auto& c : lists.model_copies) c.unsafeGetTensorImpl()->bump_version();
     }
   }
-  grad_scale_ = 1.0;
   return loss;
 }
 

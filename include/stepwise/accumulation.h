@@ -4,8 +4,11 @@
 //
 //   stepwise::Accumulator acc(/*gas=*/4, stepwise::AccumulationOptions().strict_cadence(true));
 //   acc.on_backward();              // throws if backward() came twice in a row
-//   bool boundary = acc.is_boundary();
-//   acc.on_step(boundary, /*skipped=*/false, /*samples=*/32);
+//   if (acc.is_boundary()) {
+//     acc.on_boundary(/*skipped=*/false, /*samples=*/32);  // the optimizer stepped
+//   } else {
+//     acc.on_step();                // a micro-step inside the window
+//   }
 //
 // NOTE: [accumulation boundary] The boundary is (micro_steps + 1) % GAS == 0,
 // as in DeepSpeed. It depends only on how many times step() was called, never
@@ -80,9 +83,12 @@ class Accumulator {
   void on_backward(bool scaled = true);
   /// Checks a step() is allowed (strict cadence: a backward() came first).
   void check_step() const;
-  /// Records a step(): `boundary` whether it was one, `skipped` whether the
-  /// optimizer step was skipped (fp16 overflow), `samples` added at a boundary.
-  void on_step(bool boundary, bool skipped, int64_t samples);
+  /// Records a step() off the boundary: one more micro-step.
+  void on_step();
+  /// Records a step() at the boundary: one more micro-step and one more global step,
+  /// `skipped` whether the optimizer step was skipped (fp16 overflow), `samples` the
+  /// samples it used over all ranks.
+  void on_boundary(bool skipped, int64_t samples);
   /// Records a step that ends the window early (a flush, or a boundary set by
   /// hand): one boundary step, and micro_steps moves to the next multiple of GAS
   /// so the next window is whole.

@@ -210,6 +210,7 @@ class Engine {
   std::unique_ptr<distributed::GradientReducer> reducer_;
   std::unique_ptr<Precision> precision_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  TakesGradScale* folds_ = nullptr;  // optimizer_, when it takes the grad scale as a value
   std::unique_ptr<torch::optim::LRScheduler> scheduler_;
   int64_t scheduler_steps_at_start_ = 0;
   int64_t scheduler_steps_taken_ = 0;

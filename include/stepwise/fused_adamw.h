@@ -41,13 +41,9 @@ class FusedAdamW : public torch::optim::Optimizer, public WritesModelCopies, pub
   /// Tensors that receive each parameter's new value after every step (rounded to
   /// their dtype): one per parameter, in parameter-group order. Empty: none.
   void set_model_copies(std::vector<torch::Tensor> copies) override;
-  /// The next step() multiplies every gradient by `scale` first (in its one pass: the
-  /// engine folds the unscale and the clip into it); later steps by 1.
-  void set_grad_scale(double scale) override { grad_scale_ = scale; }
-  /// Whether set_model_copies() gave copies.
-  bool writes_model_copies() const { return !copies_.empty(); }
-  /// Decoupled weight decay (AdamW) or L2 (Adam).
-  bool decoupled() const { return decoupled_; }
+  /// step(), with every gradient multiplied by `grad_scale` in the same pass (the engine
+  /// folds the unscale and the clip into it).
+  void step_with_grad_scale(double grad_scale) override { update(nullptr, grad_scale); }
 
   /// Saves state and options (the format of torch::optim::AdamW).
   void save(torch::serialize::OutputArchive& archive) const override;
@@ -56,10 +52,10 @@ class FusedAdamW : public torch::optim::Optimizer, public WritesModelCopies, pub
 
  private:
   std::vector<torch::Tensor> all_params() const;  // every group's, in order
+  torch::Tensor update(const LossClosure& closure, double grad_scale);
 
   bool decoupled_;
   std::vector<torch::Tensor> copies_;  // parallel to all_params(), or empty
-  double grad_scale_ = 1.0;            // for the next step() only
 };
 
 }  // namespace stepwise

@@ -68,14 +68,15 @@ class WritesModelCopies {
 
 /// An optimizer that multiplies every gradient by a factor inside its own update pass
 /// (FusedAdamW, through fused::AdamWStep::grad_scale): the engine then folds the fp16
-/// unscale, an early-ended window's factor and the clip coefficient into that one factor
-/// instead of multiplying the gradients beforehand (see NOTE: [folded unscale]).
+/// unscale, an early-ended window's factor and the clip coefficient into that one factor,
+/// passed to the step as a value, instead of multiplying the gradients beforehand (see
+/// NOTE: [folded unscale]).
 class TakesGradScale {
  public:
   /// Polymorphic base.
   virtual ~TakesGradScale() = default;
-  /// The next step() multiplies every gradient by `scale` first; later steps by 1.
-  virtual void set_grad_scale(double scale) = 0;
+  /// One optimizer step in which every gradient is multiplied by `grad_scale` first.
+  virtual void step_with_grad_scale(double grad_scale) = 0;
 };
 
 /// The precision policy of an engine: one object, no precision branches in Engine.
