@@ -1,6 +1,6 @@
 // GradientReducer: flat-bucket all-reduce of gradients at the accumulation
 // boundary, and what initialize() checks across ranks.
-#include <stepwise/distributed.h>
+#include <stepwise/gradient_reducer.h>
 #include <stepwise/errors.h>
 
 #include "option_checks.h"

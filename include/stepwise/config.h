@@ -20,7 +20,7 @@
 
 #include <stepwise/accumulation.h>
 #include <stepwise/checkpoint.h>
-#include <stepwise/distributed.h>
+#include <stepwise/gradient_reducer.h>
 #include <stepwise/guard_rails.h>
 #include <stepwise/lr_schedules.h>
 #include <stepwise/optimizers.h>

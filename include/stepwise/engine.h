@@ -24,6 +24,7 @@
 #include <stepwise/config.h>
 #include <stepwise/distributed.h>
 #include <stepwise/errors.h>
+#include <stepwise/gradient_reducer.h>
 #include <stepwise/lr_schedules.h>
 #include <stepwise/precision.h>
 

@@ -15,6 +15,7 @@
 #include <stepwise/errors.h>
 #include <stepwise/fused.h>
 #include <stepwise/fused_adamw.h>
+#include <stepwise/gradient_reducer.h>
 #include <stepwise/guard_rails.h>
 #include <stepwise/loss_scaler.h>
 #include <stepwise/lr_schedules.h>
