@@ -71,6 +71,12 @@ OptimizerOptions parse_optimizer(ObjectReader r) {
   OptimizerOptions out;
   r.require("type", out.type(),
             "optimizer.type is missing; use one of: " + join(supported_optimizer_types()));
+  // DeepSpeed lower-cases the names of its own optimizers ("adam", "ADAMW", ...); SGD goes
+  // to torch.optim by its exact name.
+  std::string lower = out.type();
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "adam") out.type("Adam");
+  if (lower == "adamw") out.type("AdamW");
   auto p = r.object_or_empty("params");
   p.get("lr", out.lr());
   p.get("weight_decay", out.weight_decay());

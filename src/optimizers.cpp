@@ -24,12 +24,13 @@ void validate(const OptimizerOptions& options) {
   STEPWISE_CHECK_OPTION(std::find(types.begin(), types.end(), options.type()) != types.end(),
                         "type", "\"", options.type(),
                         "\" is not supported; use one of: ", detail::join(types),
-                        " (names are case-sensitive)");
+                        " (Adam and AdamW in any case, as DeepSpeed reads them; SGD as written)");
   using detail::check_in_range;
   check_in_range("lr", options.lr(), 0.0, detail::kFloatMax);
   check_in_range("weight_decay", options.weight_decay(), 0.0, detail::kFloatMax);
   check_in_range("momentum", options.momentum(), 0.0, detail::kFloatMax);
-  check_in_range("dampening", options.dampening(), 0.0, 1.0);
+  // torch.optim.SGD has no range for dampening: any finite value gives defined numbers.
+  check_in_range("dampening", options.dampening(), -detail::kFloatMax, detail::kFloatMax);
   // eps is added in the parameters' dtype: below float's smallest normal it rounds away.
   check_in_range("eps", options.eps(), std::numeric_limits<float>::min(), detail::kFloatMax);
   for (double beta : options.betas()) {

@@ -83,6 +83,23 @@ TEST(Config, ParsesADeepSpeedConfig) {
   EXPECT_EQ(c.reducer.bucket_size(), 1000);
 }
 
+TEST(Config, AdamAndAdamWInAnyCaseAsDeepSpeedReadsThem) {
+  auto type_of = [](const std::string& name) {
+    return Config::from_string(R"({"train_batch_size": 8, "optimizer": {"type": ")" + name +
+                               R"("}})")
+        .optimizer->type();
+  };
+  EXPECT_EQ(type_of("adam"), "Adam");
+  EXPECT_EQ(type_of("ADAMW"), "AdamW");
+  EXPECT_EQ(type_of("AdamW"), "AdamW");
+}
+
+TEST(Config, AnySgdDampeningTorchTakesIsAccepted) {  // torch.optim.SGD has no range for it
+  auto c = Config::from_string(R"({"train_batch_size": 8, "optimizer": {"type": "SGD",
+      "params": {"lr": 0.1, "momentum": 0.9, "dampening": 2}}})");
+  EXPECT_EQ(c.optimizer->dampening(), 2.0);
+}
+
 TEST(Config, DefaultsAreDeepSpeeds) {
   auto c = Config::from_string(R"({"train_batch_size": 4})");
   EXPECT_DOUBLE_EQ(c.gradient_clipping, 0.0);
@@ -176,7 +193,11 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"OptimizerTypeUnknown",
                   R"({"train_batch_size": 8, "optimizer": {"type": "Lamb"}})",
                   "optimizer.type \"Lamb\" is not supported; use one of: Adam, AdamW, SGD "
-                  "(names are case-sensitive)"},
+                  "(Adam and AdamW in any case, as DeepSpeed reads them; SGD as written)"},
+        ErrorCase{"OptimizerSgdInLowerCase",
+                  R"({"train_batch_size": 8, "optimizer": {"type": "sgd"}})",
+                  "optimizer.type \"sgd\" is not supported; use one of: Adam, AdamW, SGD "
+                  "(Adam and AdamW in any case, as DeepSpeed reads them; SGD as written)"},
         ErrorCase{"OptimizerParamUnknown",
                   R"({"train_batch_size": 8, "optimizer": {"type": "SGD",
                       "params": {"lr": 0.1, "betas": [0.9, 0.99]}}})",
@@ -308,10 +329,11 @@ INSTANTIATE_TEST_SUITE_P(
                   R"({"train_batch_size": 8, "optimizer": {"type": "SGD",
                       "params": {"lr": 1e39}}})",
                   "optimizer.params.lr must be a finite number in [0, 3.40282e+38], got 1e+39"},
-        ErrorCase{"OptimizerDampeningAboveOne",
+        ErrorCase{"OptimizerDampeningOverflowsFloat",
                   R"({"train_batch_size": 8, "optimizer": {"type": "SGD",
-                      "params": {"dampening": 2}}})",
-                  "optimizer.params.dampening must be a finite number in [0, 1], got 2"},
+                      "params": {"dampening": 1e39}}})",
+                  "optimizer.params.dampening must be a finite number in [-3.40282e+38, "
+                  "3.40282e+38], got 1e+39"},
         ErrorCase{"Fp16StaticScaleOverflowsFloat",
                   R"({"train_batch_size": 8, "fp16": {"loss_scale": 1e39}})",
                   "fp16.loss_scale must be a finite number in [0, 3.40282e+38], got 1e+39"},
