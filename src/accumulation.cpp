@@ -1,5 +1,7 @@
 #include <stepwise/accumulation.h>
+
 #include <stepwise/errors.h>
+#include "accumulator.h"
 
 #include <limits>
 

@@ -1,5 +1,5 @@
 #include <stepwise/clip.h>
-#include <stepwise/fused.h>
+#include "fused.h"
 
 #include <torch/torch.h>
 

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include "engine_state.h"
 #include "leftover_checks.h"
 
 #include <iomanip>
@@ -71,9 +72,9 @@ torch::Device params_device(const torch::nn::Module* model) {
 
 }  // namespace
 
-Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
-               std::unique_ptr<torch::optim::Optimizer> client_optimizer,
-               std::unique_ptr<torch::optim::LRScheduler> client_scheduler)
+Engine::State::State(std::shared_ptr<torch::nn::Module> model, Config config,
+                     std::unique_ptr<torch::optim::Optimizer> client_optimizer,
+                     std::unique_ptr<torch::optim::LRScheduler> client_scheduler)
     : model_(std::move(model)),
       config_(std::move(config)),
       // Joins the process group from torchrun's variables when WORLD_SIZE > 1, with the
@@ -112,9 +113,59 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
       precision_->optimizer_params());
 }
 
-Engine::Engine(Engine&&) = default;
-Engine& Engine::operator=(Engine&&) = default;
+Engine::State::~State() = default;
+
+// Engine is its State behind one pointer: the API forwards.
+Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config,
+               std::unique_ptr<torch::optim::Optimizer> client_optimizer,
+               std::unique_ptr<torch::optim::LRScheduler> client_scheduler)
+    : state_(std::make_unique<State>(std::move(model), std::move(config),
+                                     std::move(client_optimizer), std::move(client_scheduler))) {}
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
 Engine::~Engine() = default;
+
+torch::Tensor Engine::backward(const torch::Tensor& loss, const BackwardOptions& options) {
+  return state_->backward(loss, options);
+}
+void Engine::step() { state_->step(); }
+bool Engine::flush() { return state_->flush(); }
+void Engine::set_gradient_accumulation_boundary(bool is_boundary) {
+  state_->set_gradient_accumulation_boundary(is_boundary);
+}
+void Engine::clear_gradient_accumulation_boundary() {
+  state_->clear_gradient_accumulation_boundary();
+}
+std::string Engine::save_checkpoint(const std::string& dir, const SaveOptions& options) {
+  return state_->save_checkpoint(dir, options);
+}
+LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
+  return state_->load_checkpoint(dir, options);
+}
+bool Engine::is_gradient_accumulation_boundary() const {
+  return state_->accumulator_.is_boundary();
+}
+int64_t Engine::global_steps() const { return state_->accumulator_.global_steps(); }
+int64_t Engine::micro_steps() const { return state_->accumulator_.micro_steps(); }
+int64_t Engine::skipped_steps() const { return state_->accumulator_.skipped_steps(); }
+int64_t Engine::global_samples() const { return state_->accumulator_.global_samples(); }
+bool Engine::was_step_applied() const { return state_->was_step_applied_; }
+torch::Tensor Engine::window_loss() const { return state_->window_loss(); }
+std::vector<double> Engine::get_lr() const { return state_->get_lr(); }
+double Engine::global_grad_norm() const { return state_->global_grad_norm_; }
+double Engine::loss_scale() const { return state_->precision_->loss_scale(); }
+const std::vector<torch::Tensor>& Engine::master_params() const {
+  return state_->precision_->optimizer_params();
+}
+const BatchSizes& Engine::batch_sizes() const { return state_->sizes_; }
+int64_t Engine::train_batch_size() const { return state_->sizes_.train_batch_size; }
+int64_t Engine::train_micro_batch_size_per_gpu() const { return state_->sizes_.micro_batch; }
+int64_t Engine::gradient_accumulation_steps() const { return state_->accumulator_.gas(); }
+torch::optim::Optimizer& Engine::optimizer() { return *state_->optimizer_; }
+torch::optim::LRScheduler* Engine::lr_scheduler() { return state_->scheduler_.get(); }
+torch::nn::Module& Engine::module() { return *state_->model_; }
+const Config& Engine::config() const { return state_->config_; }
+const distributed::GradientReducer& Engine::gradient_reducer() const { return *state_->reducer_; }
 
 Engine initialize(std::shared_ptr<torch::nn::Module> model, Config config,
                   std::unique_ptr<torch::optim::Optimizer> optimizer,
@@ -122,7 +173,7 @@ Engine initialize(std::shared_ptr<torch::nn::Module> model, Config config,
   return Engine(std::move(model), std::move(config), std::move(optimizer), std::move(lr_scheduler));
 }
 
-torch::Tensor Engine::backward(const torch::Tensor& loss, const BackwardOptions& options) {
+torch::Tensor Engine::State::backward(const torch::Tensor& loss, const BackwardOptions& options) {
   const bool valid =
       loss.defined() && loss.is_floating_point() && loss.dim() == 0 && loss.requires_grad();
   STEPWISE_CHECK(valid, UsageError,
@@ -130,7 +181,7 @@ torch::Tensor Engine::backward(const torch::Tensor& loss, const BackwardOptions&
                  "requires grad (the mean over the micro-batch), got ",
                  describe(loss),
                  (loss.defined() && loss.dim() > 0 ? "; reduce it first, e.g. loss.mean()" : ""));
-  leftover_checks_->before_backward(micro_steps());
+  leftover_checks_->before_backward(accumulator_.micro_steps());
   const bool scale = options.scale_wrt_gas().value_or(accumulator_.options().scale_wrt_gas());
   accumulator_.on_backward(scale);
   const auto start = Clock::now();
@@ -150,7 +201,7 @@ torch::Tensor Engine::backward(const torch::Tensor& loss, const BackwardOptions&
   return scaled;
 }
 
-void Engine::check_scheduler_not_stepped_elsewhere() const {
+void Engine::State::check_scheduler_not_stepped_elsewhere() const {
   if (!scheduler_) return;
   const int64_t seen = scheduler_step_count(*scheduler_) - scheduler_steps_at_start_;
   STEPWISE_CHECK(seen == scheduler_steps_taken_, UsageError,
@@ -162,12 +213,12 @@ void Engine::check_scheduler_not_stepped_elsewhere() const {
                  kCadenceDocs, ", pitfall 3.");
 }
 
-void Engine::check_before_step(bool boundary) {
+void Engine::State::check_before_step(bool boundary) {
   check_scheduler_not_stepped_elsewhere();
-  leftover_checks_->before_step(micro_steps(), boundary);
+  leftover_checks_->before_step(accumulator_.micro_steps(), boundary);
 }
 
-void Engine::step() {
+void Engine::State::step() {
   accumulator_.check_step();
   const bool boundary = accumulator_.is_boundary();
   check_before_step(boundary);
@@ -185,7 +236,7 @@ void Engine::step() {
                 /*ends_early=*/true);
 }
 
-bool Engine::flush() {
+bool Engine::State::flush() {
   STEPWISE_CHECK(!accumulator_.awaiting_step(), UsageError,
                  "engine.flush() was called right after engine.backward(): call engine.step() "
                  "first (after every backward()), then flush() at the end of the epoch. See ",
@@ -199,11 +250,11 @@ bool Engine::flush() {
   return true;
 }
 
-void Engine::set_gradient_accumulation_boundary(bool is_boundary) {
+void Engine::State::set_gradient_accumulation_boundary(bool is_boundary) {
   accumulator_.set_manual_boundary(is_boundary);
 }
 
-void Engine::clear_gradient_accumulation_boundary() {
+void Engine::State::clear_gradient_accumulation_boundary() {
   STEPWISE_CHECK(accumulator_.window_backwards() == 0, UsageError,
                  "engine.clear_gradient_accumulation_boundary() was called inside a window (",
                  accumulator_.window_backwards(),
@@ -213,7 +264,7 @@ void Engine::clear_gradient_accumulation_boundary() {
   accumulator_.set_manual_boundary(std::nullopt);
 }
 
-torch::Tensor Engine::window_loss() const {
+torch::Tensor Engine::State::window_loss() const {
   STEPWISE_CHECK(!last_window_losses_.empty(), UsageError,
                  "engine.window_loss() was called before the first accumulation window ended: "
                  "read it after a step() at the boundary (is_gradient_accumulation_boundary() "
@@ -221,7 +272,7 @@ torch::Tensor Engine::window_loss() const {
   return torch::stack(last_window_losses_).to(torch::kFloat).sum() * last_window_factor_;
 }
 
-void Engine::boundary_step(int64_t samples, double grad_factor, bool ends_early) {
+void Engine::State::boundary_step(int64_t samples, double grad_factor, bool ends_early) {
   const auto start = Clock::now();
   // After the all-reduce every rank holds the same mean gradients, so the norm
   // and the overflow flag below are global: an inf on one rank is an inf in the
@@ -264,18 +315,19 @@ void Engine::boundary_step(int64_t samples, double grad_factor, bool ends_early)
     accumulator_.on_boundary(skip, samples);
   }
   step_time_ += Clock::now() - start;
-  if (global_steps() % config_.steps_per_print == 0) print_progress();
+  if (accumulator_.global_steps() % config_.steps_per_print == 0) print_progress();
 }
 
-std::vector<double> Engine::get_lr() const { return current_lrs(*optimizer_); }
+std::vector<double> Engine::State::get_lr() const { return current_lrs(*optimizer_); }
 
-void Engine::print_progress() const {
+void Engine::State::print_progress() const {
   std::ostringstream line;
-  line << "[stepwise] step=" << global_steps() << " skipped=" << skipped_steps()
-       << " samples=" << global_samples() << " lr=";
+  line << "[stepwise] step=" << accumulator_.global_steps()
+       << " skipped=" << accumulator_.skipped_steps()
+       << " samples=" << accumulator_.global_samples() << " lr=";
   for (double lr : get_lr()) line << lr << " ";
   line << "grad_norm=" << global_grad_norm_;
-  if (global_steps() == config_.steps_per_print && sizes_.world_size > 1) {
+  if (accumulator_.global_steps() == config_.steps_per_print && sizes_.world_size > 1) {
     // The first line says how the ranks talk (the backend follows the device if unset).
     const auto ctx = distributed::default_context();
     line << " (data parallel: " << sizes_.world_size << " ranks over "

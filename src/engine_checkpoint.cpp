@@ -9,6 +9,7 @@
 #include "checkpoint_deepspeed.h"
 #include "checkpoint_files.h"
 #include "checkpoint_optimizer.h"
+#include "engine_state.h"
 #include "leftover_checks.h"
 
 #include <cmath>
@@ -157,7 +158,7 @@ std::string resolved_config(const Config& config, const BatchSizes& sizes) {
 
 }  // namespace
 
-c10::IValue Engine::model_states(const ClientState& client_state) const {
+c10::IValue Engine::State::model_states(const ClientState& client_state) const {
   const auto names = detail::trainable_names(*model_);
   c10::Dict<std::string, at::Tensor> module;
   for (const auto& item : model_->named_parameters())
@@ -215,7 +216,7 @@ c10::IValue Engine::model_states(const ClientState& client_state) const {
   return d;
 }
 
-c10::IValue Engine::window_state() const {
+c10::IValue Engine::State::window_state() const {
   const AccumulatorState acc = accumulator_.state();
   Dict d = new_dict();
   d.insert("rank", distributed::rank());
@@ -225,7 +226,7 @@ c10::IValue Engine::window_state() const {
   d.insert("window_scaled", acc.window_scaled);
   c10::Dict<std::string, at::Tensor> grads;
   const auto names = detail::trainable_names(*model_);
-  auto& params = const_cast<Precision&>(*precision_).model_params();
+  const auto& params = precision_->model_params();
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].grad().defined()) grads.insert(names[i], params[i].grad().detach());
   }
@@ -237,8 +238,8 @@ c10::IValue Engine::window_state() const {
   return d;
 }
 
-std::string Engine::save_checkpoint(const std::string& dir, const SaveOptions& options) {
-  std::string tag = options.tag().value_or(c10::str("global_step", global_steps()));
+std::string Engine::State::save_checkpoint(const std::string& dir, const SaveOptions& options) {
+  std::string tag = options.tag().value_or(c10::str("global_step", accumulator_.global_steps()));
   const auto context = sizes_.world_size > 1 ? distributed::default_context() : nullptr;
   distributed::Context* ctx = context.get();
   const int64_t rank = ctx ? ctx->rank() : 0;
@@ -292,7 +293,8 @@ std::string Engine::save_checkpoint(const std::string& dir, const SaveOptions& o
   return (fs::path(dir) / tag).string();
 }
 
-LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
+LoadedCheckpoint Engine::State::load_checkpoint(const std::string& dir,
+                                                const LoadOptions& options) {
   const auto context = sizes_.world_size > 1 ? distributed::default_context() : nullptr;
   distributed::Context* ctx = context.get();
   std::string tag;
@@ -309,8 +311,8 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& dir, const LoadOptio
   return LoadedCheckpoint{plan.path, std::move(plan.client_state)};
 }
 
-void Engine::plan_load(const std::string& dir, const std::string& tag, const LoadOptions& options,
-                       detail::LoadPlan& plan) const {
+void Engine::State::plan_load(const std::string& dir, const std::string& tag,
+                              const LoadOptions& options, detail::LoadPlan& plan) const {
   plan.path = (fs::path(dir) / tag).string();
   plan.full = !options.load_module_only();
   const std::string states_file = (fs::path(plan.path) / detail::kModelStatesFile).string();
@@ -344,7 +346,7 @@ void Engine::plan_load(const std::string& dir, const std::string& tag, const Loa
   detail::reading(plan.states_file, [&] { check_load(options, plan); });
 }
 
-void Engine::check_load(const LoadOptions& options, detail::LoadPlan& plan) const {
+void Engine::State::check_load(const LoadOptions& options, detail::LoadPlan& plan) const {
   const Dict& states = plan.states;
   const std::string& file = plan.states_file;
   for (const auto& e : entry(states, "client_state", file).toGenericDict()) {
@@ -394,7 +396,7 @@ void Engine::check_load(const LoadOptions& options, detail::LoadPlan& plan) cons
   const auto names = detail::trainable_names(*model_);
   std::map<std::string, size_t> trainable_index;
   for (size_t i = 0; i < names.size(); ++i) trainable_index.emplace(names[i], i);
-  auto& model_params = const_cast<Precision&>(*precision_).model_params();
+  const auto& model_params = precision_->model_params();
   const auto& masters = precision_->optimizer_params();
   for (const auto& [name, target] : targets) {
     const auto it = saved.find(name);
@@ -538,7 +540,7 @@ void Engine::check_load(const LoadOptions& options, detail::LoadPlan& plan) cons
   plan.load_optimizer = true;
 }
 
-void Engine::read_states(const LoadOptions& options, detail::LoadPlan& plan) const {
+void Engine::State::read_states(const LoadOptions& options, detail::LoadPlan& plan) const {
   const Dict& states = plan.states;
   const std::string& file = plan.states_file;
   // NOTE: [saved fields] every number a load applies is in its range first, so a damaged
@@ -609,7 +611,7 @@ void Engine::read_states(const LoadOptions& options, detail::LoadPlan& plan) con
   plan.global_grad_norm = entry(states, "global_grad_norm", file).toDouble();
 }
 
-void Engine::apply_load(detail::LoadPlan& plan) {
+void Engine::State::apply_load(detail::LoadPlan& plan) {
   if (plan.load_optimizer) detail::load_optimizer(*optimizer_, plan.optimizer_archive);
   if (!plan.deepspeed_optimizer.isNone()) {
     detail::apply_deepspeed_optimizer(*optimizer_, plan.deepspeed_optimizer);

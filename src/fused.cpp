@@ -1,6 +1,6 @@
 // stepwise::fused: argument checks, then the backend the tensors' device picks.
+#include "fused.h"
 #include <stepwise/errors.h>
-#include <stepwise/fused.h>
 
 #include "fused_backends.h"
 

@@ -1,6 +1,6 @@
 #include <stepwise/errors.h>
-#include <stepwise/fused.h>
 #include <stepwise/fused_adamw.h>
+#include "fused.h"
 
 #include "torch_compat.h"
 

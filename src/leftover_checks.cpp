@@ -1,8 +1,8 @@
 #include "leftover_checks.h"
 
+#include "accumulator.h"
 #include "hash_bytes.h"
 
-#include <stepwise/accumulation.h>
 #include <stepwise/errors.h>
 
 #include <ATen/ATen.h>

@@ -1,6 +1,8 @@
 #include <stepwise/errors.h>
-#include <stepwise/fused.h>
 #include <stepwise/precision.h>
+
+#include "fused.h"
+#include "precision_policy.h"
 
 #include <torch/torch.h>
 

@@ -19,14 +19,9 @@
 // and docs/gradient-accumulation.md.
 #pragma once
 
-#include <stepwise/accumulation.h>
 #include <stepwise/checkpoint.h>
 #include <stepwise/config.h>
-#include <stepwise/distributed.h>
 #include <stepwise/errors.h>
-#include <stepwise/gradient_reducer.h>
-#include <stepwise/lr_schedules.h>
-#include <stepwise/precision.h>
 
 #include <torch/arg.h>
 #include <torch/nn/module.h>
@@ -34,19 +29,18 @@
 #include <torch/optim/optimizer.h>
 #include <torch/optim/schedulers/lr_scheduler.h>
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace stepwise {
 
-namespace detail {
-class LeftoverChecks;
-struct LoadPlan;
-}  // namespace detail
+namespace distributed {
+class GradientReducer;
+}  // namespace distributed
 
 /// Per-call options of Engine::backward.
 struct BackwardOptions {
@@ -63,10 +57,10 @@ class Engine {
   Engine(std::shared_ptr<torch::nn::Module> model, Config config,
          std::unique_ptr<torch::optim::Optimizer> client_optimizer,
          std::unique_ptr<torch::optim::LRScheduler> client_scheduler);
-  /// Movable (the optimizer and scheduler stay where they are).
-  Engine(Engine&&);
+  /// Movable (the model, optimizer and scheduler stay where they are).
+  Engine(Engine&&) noexcept;
   /// Move assignment.
-  Engine& operator=(Engine&&);
+  Engine& operator=(Engine&&) noexcept;
   /// Destroys the engine (the model stays the caller's).
   ~Engine();
 
@@ -139,19 +133,19 @@ class Engine {
   LoadedCheckpoint load_checkpoint(const std::string& dir, const LoadOptions& options = {});
 
   /// Whether the NEXT step() call is at the accumulation boundary.
-  bool is_gradient_accumulation_boundary() const { return accumulator_.is_boundary(); }
+  bool is_gradient_accumulation_boundary() const;
   /// Optimizer steps taken or skipped (+1 at every boundary).
-  int64_t global_steps() const { return accumulator_.global_steps(); }
+  int64_t global_steps() const;
   /// Micro-steps so far: +1 for each step() call; flush() moves it on to the
   /// end of the window it ends (the micro-steps that window did not get).
-  int64_t micro_steps() const { return accumulator_.micro_steps(); }
+  int64_t micro_steps() const;
   /// Boundaries whose optimizer step was skipped (fp16 overflow).
-  int64_t skipped_steps() const { return accumulator_.skipped_steps(); }
+  int64_t skipped_steps() const;
   /// Samples consumed by boundary steps, over all ranks.
-  int64_t global_samples() const { return accumulator_.global_samples(); }
+  int64_t global_samples() const;
   /// Whether the last step() (or flush()) call stepped the optimizer: false
   /// after a step() off the boundary, as in DeepSpeed.
-  bool was_step_applied() const { return was_step_applied_; }
+  bool was_step_applied() const;
   /// The loss of the last finished window (a boundary step, skipped or not, or a
   /// flush): the loss whose gradient that step used, i.e. the mean of the losses
   /// passed to backward() over the window's micro-batches (with scale_wrt_gas off,
@@ -163,67 +157,38 @@ class Engine {
   std::vector<double> get_lr() const;
   /// Global L2 norm of the gradients at the last boundary, before clipping
   /// (unscaled; inf or nan after an fp16 overflow).
-  double global_grad_norm() const { return global_grad_norm_; }
+  double global_grad_norm() const;
   /// The current fp16 loss scale S (1 in fp32 and bf16). backward() multiplies
   /// by it internally; its return value never includes it.
-  double loss_scale() const { return precision_->loss_scale(); }
-  /// The precision policy (mode, master weights, loss scaler).
-  const Precision& precision() const { return *precision_; }
+  double loss_scale() const;
+  /// The parameters the optimizer steps: fp32 master copies of the model's trainable
+  /// parameters under fp16 and bf16 (the model holds their rounded copies), the model's
+  /// own parameters in fp32. Read them for the fp32 weights of a half-precision run.
+  const std::vector<torch::Tensor>& master_params() const;
 
   /// The resolved batch sizes.
-  const BatchSizes& batch_sizes() const { return sizes_; }
+  const BatchSizes& batch_sizes() const;
   /// Samples per optimizer step over all ranks.
-  int64_t train_batch_size() const { return sizes_.train_batch_size; }
+  int64_t train_batch_size() const;
   /// Samples per micro-batch on this rank.
-  int64_t train_micro_batch_size_per_gpu() const { return sizes_.micro_batch; }
+  int64_t train_micro_batch_size_per_gpu() const;
   /// Micro-batches per optimizer step (GAS).
-  int64_t gradient_accumulation_steps() const { return accumulator_.gas(); }
+  int64_t gradient_accumulation_steps() const;
 
   /// The optimizer the engine steps.
-  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  torch::optim::Optimizer& optimizer();
   /// The LR scheduler the engine steps, or null.
-  torch::optim::LRScheduler* lr_scheduler() { return scheduler_.get(); }
+  torch::optim::LRScheduler* lr_scheduler();
   /// The model.
-  torch::nn::Module& module() { return *model_; }
+  torch::nn::Module& module();
   /// The parsed configuration.
-  const Config& config() const { return config_; }
+  const Config& config() const;
   /// The reducer that averages gradients over the ranks at each boundary.
-  const distributed::GradientReducer& gradient_reducer() const { return *reducer_; }
+  const distributed::GradientReducer& gradient_reducer() const;
 
  private:
-  void boundary_step(int64_t samples, double grad_factor, bool ends_early);
-  void check_before_step(bool boundary);
-  c10::IValue model_states(const ClientState& client_state) const;
-  c10::IValue window_state() const;
-  // A load, in the phases of NOTE: [checkpoint phases]: read and check, then apply.
-  void plan_load(const std::string& dir, const std::string& tag, const LoadOptions& options,
-                 detail::LoadPlan& plan) const;
-  void check_load(const LoadOptions& options, detail::LoadPlan& plan) const;
-  void read_states(const LoadOptions& options, detail::LoadPlan& plan) const;
-  void apply_load(detail::LoadPlan& plan);
-  void check_scheduler_not_stepped_elsewhere() const;
-  void print_progress() const;
-
-  std::shared_ptr<torch::nn::Module> model_;
-  Config config_;
-  BatchSizes sizes_;
-  // Built in the constructor's body, in the order of NOTE: [construction order].
-  std::unique_ptr<distributed::GradientReducer> reducer_;
-  std::unique_ptr<Precision> precision_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  TakesGradScale* folds_ = nullptr;  // optimizer_, when it takes the grad scale as a value
-  std::unique_ptr<torch::optim::LRScheduler> scheduler_;
-  int64_t scheduler_steps_at_start_ = 0;
-  int64_t scheduler_steps_taken_ = 0;
-  Accumulator accumulator_;
-  std::unique_ptr<detail::LeftoverChecks> leftover_checks_;
-  std::vector<torch::Tensor> window_losses_;       // what backward() returned, this window
-  std::vector<torch::Tensor> last_window_losses_;  // ... and in the last finished window
-  double last_window_factor_ = 1.0;
-  bool was_step_applied_ = false;
-  double global_grad_norm_ = 0.0;
-  std::chrono::steady_clock::duration backward_time_{};
-  std::chrono::steady_clock::duration step_time_{};
+  struct State;  // everything the engine holds: src/engine_state.h
+  std::unique_ptr<State> state_;
 };
 
 /// Creates an engine for `model` from `config`. `optimizer` / `lr_scheduler`

@@ -13,7 +13,6 @@
 #include <stepwise/distributed.h>
 #include <stepwise/engine.h>
 #include <stepwise/errors.h>
-#include <stepwise/fused.h>
 #include <stepwise/fused_adamw.h>
 #include <stepwise/gradient_reducer.h>
 #include <stepwise/guard_rails.h>

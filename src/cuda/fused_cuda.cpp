@@ -1,7 +1,7 @@
 // stepwise::fused on CUDA tensors: LibTorch tensors -> TensorViews -> the kernels of
-// include/stepwise/cuda/kernels.h, on LibTorch's current stream. Nothing here waits
+// src/cuda/kernels.h, on LibTorch's current stream. Nothing here waits
 // for the device: flags and norms are returned as device tensors.
-#include <stepwise/cuda/kernels.h>
+#include "kernels.h"
 
 #include "../fused_backends.h"
 #include "torch_stream.h"

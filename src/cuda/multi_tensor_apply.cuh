@@ -27,7 +27,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "stepwise/cuda/kernels.h"
+#include "kernels.h"
 
 // `#pragma unroll` for the device pass only: the host compiler warns about it
 // (-Wunknown-pragmas) in __host__ __device__ code.

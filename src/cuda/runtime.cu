@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "stepwise/cuda/kernels.h"
+#include "kernels.h"
 
 namespace stepwise::cuda {
 namespace {

@@ -83,9 +83,8 @@ struct Trainer {
 void expect_same(Trainer& a, Trainer& b, const std::string& where) {
   EXPECT_TRUE(torch::equal(a.model->w, b.model->w)) << where << a.model->w << b.model->w;
   EXPECT_TRUE(torch::equal(a.model->b, b.model->b)) << where;
-  for (size_t i = 0; i < a.engine.precision().optimizer_params().size(); ++i) {
-    EXPECT_TRUE(torch::equal(a.engine.precision().optimizer_params()[i],
-                             b.engine.precision().optimizer_params()[i]))
+  for (size_t i = 0; i < a.engine.master_params().size(); ++i) {
+    EXPECT_TRUE(torch::equal(a.engine.master_params()[i], b.engine.master_params()[i]))
         << where << " master " << i;
   }
   EXPECT_EQ(a.engine.micro_steps(), b.engine.micro_steps()) << where;
@@ -332,7 +331,7 @@ TEST(Checkpoint, MidWindowNeedsTheSameSetupABoundaryDoesNot) {
   EXPECT_EQ(gas2.engine.global_steps(), 2);
   EXPECT_EQ(gas2.engine.micro_steps(), 8);
   bf16.engine.load_checkpoint(dir.path(), LoadOptions().tag("boundary"));
-  EXPECT_TRUE(torch::equal(bf16.engine.precision().optimizer_params()[0], r.model->w));
+  EXPECT_TRUE(torch::equal(bf16.engine.master_params()[0], r.model->w));
 }
 
 TEST(Checkpoint, ModuleOnlyAndOptimizerOfAnotherType) {

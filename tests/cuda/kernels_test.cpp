@@ -1,4 +1,4 @@
-// The CUDA kernels of include/stepwise/cuda/kernels.h against plain C++ references.
+// The CUDA kernels of src/cuda/kernels.h against plain C++ references.
 // Tests that need a device skip without one; the argument checks at the end run anywhere.
 #include <gtest/gtest.h>
 

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "stepwise/cuda/kernels.h"
+#include "cuda/kernels.h"
 
 namespace kernels_test {
 

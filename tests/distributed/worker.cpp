@@ -221,7 +221,7 @@ int run_broadcast_fp16() {
                                    {"fp16", {{"enabled", true}}},
                                    {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.05}}}}}});
   auto engine = stepwise::initialize(model, config);
-  const auto& masters = engine.precision().optimizer_params();
+  const auto& masters = engine.master_params();
   const std::string at = "rank " + std::to_string(rank) + ": ";
   check(masters.size() == 2, at + "two master tensors");
   if (masters.size() != 2) return 1;
@@ -317,9 +317,8 @@ int run_checkpoint(const std::string& dir) {
           const std::string where = c10::str("rank ", rank, ", ", tag, ": ");
           bool same = torch::equal(resumed_model->w, whole_model->w) &&
                       torch::equal(resumed_model->b, whole_model->b);
-          for (size_t i = 0; i < whole.precision().optimizer_params().size(); ++i) {
-            same = same && torch::equal(resumed.precision().optimizer_params()[i],
-                                        whole.precision().optimizer_params()[i]);
+          for (size_t i = 0; i < whole.master_params().size(); ++i) {
+            same = same && torch::equal(resumed.master_params()[i], whole.master_params()[i]);
           }
           check(same, where + "weights differ from the uninterrupted run");
           check(resumed.micro_steps() == whole.micro_steps() &&
@@ -439,7 +438,7 @@ int run_overflow() {
         "skipped " + std::to_string(engine.skipped_steps()) + " of " +
             std::to_string(engine.global_steps()) + " steps, expected 1 of 3");
   const auto all = stepwise::distributed::default_context()->all_gather(
-      engine.precision().optimizer_params()[0].detach(), "test: the masters");
+      engine.master_params()[0].detach(), "test: the masters");
   check(torch::equal(all[0], all[1]), "the ranks' fp32 masters differ");
   std::cout << "rank " << rank << ": overflow on rank 1 skipped " << engine.skipped_steps()
             << " step on this rank, loss scale " << engine.loss_scale() << ", " << failures

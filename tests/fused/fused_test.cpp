@@ -1,10 +1,10 @@
 // stepwise::fused and FusedAdamW: the ATen backend against LibTorch's own optimizers
 // and plain formulas, the argument checks, and (with a CUDA build and a GPU) the CUDA
 // kernels against the ATen backend on many shapes, dtypes and inf/nan placements.
+#include "fused.h"
 #include <stepwise/clip.h>
 #include <stepwise/config.h>
 #include <stepwise/engine.h>
-#include <stepwise/fused.h>
 #include <stepwise/fused_adamw.h>
 
 #include <gtest/gtest.h>
@@ -333,8 +333,8 @@ TEST(FusedAdamW, TheEngineFoldsTheUnscaleAndTheClipIntoTheUpdate) {
     if (t == 1) EXPECT_EQ(fused_engine.global_grad_norm(), torch_engine.global_grad_norm());
   }
   EXPECT_EQ(fused_engine.global_steps(), 3);
-  EXPECT_TRUE(torch::allclose(fused_engine.precision().optimizer_params()[0],
-                              torch_engine.precision().optimizer_params()[0], 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(fused_engine.master_params()[0], torch_engine.master_params()[0],
+                              1e-5, 1e-6));
   EXPECT_FALSE(fused_model->w.grad().defined()) << "the step still sets the gradients to none";
 }
 

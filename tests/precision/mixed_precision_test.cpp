@@ -161,7 +161,7 @@ TEST(Fp16, MasterWeightsAreFp32AndTrackAnFp32Run) {
       engine32.step();
     }
   }
-  const auto& masters = half.engine.precision().optimizer_params();
+  const auto& masters = half.engine.master_params();
   EXPECT_EQ(masters[0].scalar_type(), torch::kFloat);
   EXPECT_EQ(half.engine.skipped_steps(), 0);
   const double tolerance = rounding_tolerance(std::ldexp(1.0, -11), lrs);
@@ -211,7 +211,7 @@ TEST(Bf16, LinearTrainsInBf16WithFp32MastersCloseToFp32) {
     }
     EXPECT_EQ(engine.skipped_steps(), 0) << "bf16 never skips";
     EXPECT_EQ(engine.loss_scale(), 1.0);
-    return engine.precision().optimizer_params()[0].detach().clone();
+    return engine.master_params()[0].detach().clone();
   };
   const auto fp32 = run(false);
   const auto bf16 = run(true);

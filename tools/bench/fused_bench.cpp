@@ -10,7 +10,7 @@
 //      decay 0 where only that exists), fp32 gradients, no model copy: time ratio.
 //
 //   fused_bench [--device cuda|cpu] [--melems N] [--reps R]
-#include <stepwise/fused.h>
+#include "fused.h"
 
 #include <torch/cuda.h>
 #include <torch/torch.h>

@@ -1,0 +1,79 @@
+// stepwise (internal): what an Engine holds and does. engine.h shows the API; the engine's
+// parts (the reducer, the precision, the optimizer, the accumulator, the guard rails) and
+// its checkpoint internals live here, behind Engine's one pointer.
+#pragma once
+
+#include <stepwise/engine.h>
+#include <stepwise/gradient_reducer.h>
+
+#include "accumulator.h"
+#include "precision_policy.h"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace stepwise {
+
+namespace detail {
+class LeftoverChecks;
+struct LoadPlan;
+}  // namespace detail
+
+struct Engine::State {
+  State(std::shared_ptr<torch::nn::Module> model, Config config,
+        std::unique_ptr<torch::optim::Optimizer> client_optimizer,
+        std::unique_ptr<torch::optim::LRScheduler> client_scheduler);
+  ~State();
+
+  // The API of Engine (engine.h says what each does).
+  torch::Tensor backward(const torch::Tensor& loss, const BackwardOptions& options);
+  void step();
+  bool flush();
+  void set_gradient_accumulation_boundary(bool is_boundary);
+  void clear_gradient_accumulation_boundary();
+  std::string save_checkpoint(const std::string& dir, const SaveOptions& options);
+  LoadedCheckpoint load_checkpoint(const std::string& dir, const LoadOptions& options);
+  torch::Tensor window_loss() const;
+  std::vector<double> get_lr() const;
+
+  // The parts of a step.
+  void boundary_step(int64_t samples, double grad_factor, bool ends_early);
+  void check_before_step(bool boundary);
+  void check_scheduler_not_stepped_elsewhere() const;
+  void print_progress() const;
+
+  // The parts of a checkpoint (NOTE: [checkpoint layout]); a load runs in the phases of
+  // NOTE: [checkpoint phases]: read and check, then apply.
+  c10::IValue model_states(const ClientState& client_state) const;
+  c10::IValue window_state() const;
+  void plan_load(const std::string& dir, const std::string& tag, const LoadOptions& options,
+                 detail::LoadPlan& plan) const;
+  void check_load(const LoadOptions& options, detail::LoadPlan& plan) const;
+  void read_states(const LoadOptions& options, detail::LoadPlan& plan) const;
+  void apply_load(detail::LoadPlan& plan);
+
+  std::shared_ptr<torch::nn::Module> model_;
+  Config config_;
+  BatchSizes sizes_;
+  // Built in the constructor's body, in the order of NOTE: [construction order].
+  std::unique_ptr<distributed::GradientReducer> reducer_;
+  std::unique_ptr<Precision> precision_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  TakesGradScale* folds_ = nullptr;  // optimizer_, when it takes the grad scale as a value
+  std::unique_ptr<torch::optim::LRScheduler> scheduler_;
+  int64_t scheduler_steps_at_start_ = 0;
+  int64_t scheduler_steps_taken_ = 0;
+  Accumulator accumulator_;
+  std::unique_ptr<detail::LeftoverChecks> leftover_checks_;
+  std::vector<torch::Tensor> window_losses_;       // what backward() returned, this window
+  std::vector<torch::Tensor> last_window_losses_;  // ... and in the last finished window
+  double last_window_factor_ = 1.0;
+  bool was_step_applied_ = false;
+  double global_grad_norm_ = 0.0;
+  std::chrono::steady_clock::duration backward_time_{};
+  std::chrono::steady_clock::duration step_time_{};
+};
+
+}  // namespace stepwise

@@ -1,0 +1,98 @@
+// stepwise (internal): the engine's precision policy: fp32, fp16 with loss scaling, or
+// bf16 (its options are include/stepwise/precision.h's PrecisionOptions).
+//
+// How the engine uses it:
+//
+//   stepwise::Precision
+//   precision(stepwise::PrecisionOptions().mode(stepwise::PrecisionMode::kBf16),
+//                                 *model);          // casts the model to bf16
+//   auto optimizer = stepwise::make_optimizer(stepwise::OptimizerOptions("AdamW"),
+//                                             precision.optimizer_params());  // fp32 masters
+//   precision.attach(*optimizer);                   // a FusedAdamW writes the model too
+//   auto out = model->forward(batches[0].first.to(torch::kBFloat16)).to(torch::kFloat);
+//   auto loss = torch::mse_loss(out, batches[0].second);
+//   precision.scale_loss(loss / 4).backward();      // * S for fp16
+//   auto stats = precision.unscale_and_check(1.0);  // master grads, norm, overflow
+//   if (!stats.overflow) { optimizer->step(); precision.copy_to_model(); }
+//   precision.finish_boundary(stats.overflow);      // loss-scale bookkeeping
+//
+#pragma once
+
+#include <stepwise/precision.h>
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+#include <optional>
+#include <vector>
+
+namespace stepwise {
+
+/// What the boundary learned about the gradients.
+struct GradientStats {
+  /// Global L2 norm of the unscaled gradients (inf or nan on overflow).
+  double norm = 0.0;
+  /// Whether any gradient was inf or nan (fp16 only; bf16 and fp32 never skip).
+  bool overflow = false;
+};
+
+/// The precision policy of an engine: one object, no precision branches in Engine.
+class Precision {
+ public:
+  /// Casts `model` (its floating-point parameters and buffers) to options.mode() and
+  /// makes fp32 master copies of its trainable parameters; fp16 builds the loss scaler.
+  Precision(const PrecisionOptions& options, torch::nn::Module& model);
+
+  /// The mode in use.
+  PrecisionMode mode() const { return mode_; }
+  /// The parameters the optimizer must update (fp32 masters, or the model's own in fp32).
+  const std::vector<torch::Tensor>& optimizer_params() const { return master_; }
+  /// The model's trainable parameters (half or bf16 in those modes); their
+  /// gradients are what backward() fills and the data-parallel reducer averages.
+  std::vector<torch::Tensor>& model_params() { return model_; }
+  /// The same, read-only.
+  const std::vector<torch::Tensor>& model_params() const { return model_; }
+  /// The current loss scale S (1 unless fp16).
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  /// The scaler (fp16 only), else null.
+  const LossScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+  /// The scaler (fp16 only), else null; a checkpoint restores it.
+  LossScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
+
+  /// What to call backward() on: the loss as fp32, times S for fp16.
+  torch::Tensor scale_loss(const torch::Tensor& loss) const;
+  /// Moves the model's gradients to the masters, multiplies them by factor / S,
+  /// and computes the norm and the overflow flag with one host sync.
+  GradientStats unscale_and_check(double factor);
+  /// For an optimizer that TakesGradScale: hands it the model's gradients as they are
+  /// (no fp32 copy, no multiply) and computes, in one read-only pass and one host sync,
+  /// the norm of the gradients times factor / S and the overflow flag. The optimizer
+  /// must then be given grad_scale(factor) times the clip coefficient.
+  GradientStats check_unscaled(double factor);
+  /// factor / S: what the gradients are multiplied by to unscale them.
+  double grad_scale(double factor) const { return factor / loss_scale(); }
+  /// Throws ConfigError when `client_optimizer` (the user built the optimizer) in
+  /// fp16/bf16: the optimizer must update the fp32 masters, which only the engine holds.
+  void check_optimizer_source(bool client_optimizer) const;
+  /// Lets an optimizer over optimizer_params() that WritesModelCopies (a FusedAdamW)
+  /// write the model's half/bf16 weights in its update (see NOTE: [fused write-back]);
+  /// other optimizers are left alone.
+  void attach(torch::optim::Optimizer& optimizer);
+  /// Copies the masters back into the model's parameters (after an applied step); a
+  /// no-op when an attached optimizer already did.
+  void copy_to_model();
+  /// Sets every gradient (model and masters) to none.
+  void zero_grads();
+  /// Loss-scale bookkeeping at the end of a boundary (see NOTE: [loss scale rule]).
+  void finish_boundary(bool overflow);
+
+ private:
+  PrecisionMode mode_;
+  std::vector<torch::Tensor> model_;
+  std::vector<torch::Tensor> master_;
+  std::optional<LossScaler> scaler_;
+  bool writes_back_ = false;
+};
+
+}  // namespace stepwise
