@@ -63,11 +63,11 @@ torch::Dtype dtype_of(const RunSetup& s) {
                                  : torch::kFloat;
 }
 
-struct Trainer {
+struct ResumeTrainer {
   ScaleModel model;
   Engine engine;
   RunSetup setup;
-  explicit Trainer(const RunSetup& s)
+  explicit ResumeTrainer(const RunSetup& s)
       : engine(initialize(model, Config::from_string(config_json(s)))), setup(s) {}
   // Micro-step t: backward + step, with a flush after every 7th micro-batch (an epoch).
   void micro_step(int64_t t) {
@@ -80,7 +80,7 @@ struct Trainer {
   }
 };
 
-void expect_same(Trainer& a, Trainer& b, const std::string& where) {
+void expect_same(ResumeTrainer& a, ResumeTrainer& b, const std::string& where) {
   EXPECT_TRUE(torch::equal(a.model->w, b.model->w)) << where << a.model->w << b.model->w;
   EXPECT_TRUE(torch::equal(a.model->b, b.model->b)) << where;
   for (size_t i = 0; i < a.engine.master_params().size(); ++i) {
@@ -103,16 +103,16 @@ TEST(Checkpoint, ResumesBitForBitFromEveryMicroStepOfAWindow) {
     for (bool scheduler : {false, true}) {
       for (int64_t gas : {1, 4}) {
         const RunSetup s{precision, scheduler, gas};
-        Trainer whole(s);
+        ResumeTrainer whole(s);
         for (int64_t t = 0; t < total; ++t) whole.micro_step(t);
         // Every position of the second window, boundary and inside: 4..8 (GAS 4), 4..5 (GAS 1).
         for (int64_t k = 4; k <= 4 + gas; ++k) {
           const std::string where = c10::str(precision, scheduler ? " +sched" : "", " GAS ", gas,
                                              " saved after micro-step ", k, ": ");
-          Trainer first(s);
+          ResumeTrainer first(s);
           for (int64_t t = 0; t < k; ++t) first.micro_step(t);
           first.engine.save_checkpoint(dir.path());
-          Trainer resumed(s);  // a fresh engine with the same construction
+          ResumeTrainer resumed(s);  // a fresh engine with the same construction
           resumed.engine.load_checkpoint(dir.path());
           for (int64_t t = k; t < total; ++t) resumed.micro_step(t);
           expect_same(whole, resumed, where);
@@ -154,7 +154,7 @@ TEST(Checkpoint, SgdMomentumAndClientSchedulerResumeExactly) {
 
 TEST(Checkpoint, ClientStateAndLayout) {
   testing::ScratchDir dir("stepwise-ckpt-layout");
-  Trainer r(RunSetup{"fp32", true, 4});
+  ResumeTrainer r(RunSetup{"fp32", true, 4});
   for (int64_t t = 0; t < 6; ++t) r.micro_step(t);
   const std::string path = r.engine.save_checkpoint(
       dir.path(),
@@ -171,7 +171,7 @@ TEST(Checkpoint, ClientStateAndLayout) {
   r.engine.save_checkpoint(dir.path(), SaveOptions().tag("other").save_latest(false));
   EXPECT_EQ(checkpoint_tags(dir.path()), (std::vector<std::string>{"global_step1", "other"}));
 
-  Trainer fresh(RunSetup{"fp32", true, 4});
+  ResumeTrainer fresh(RunSetup{"fp32", true, 4});
   const auto loaded = fresh.engine.load_checkpoint(dir.path());
   EXPECT_EQ(loaded.path, path);
   EXPECT_EQ(loaded.client_state.at("epoch").toInt(), 3);
@@ -182,7 +182,7 @@ TEST(Checkpoint, ClientStateAndLayout) {
 
 TEST(Checkpoint, MissingTagAndLatestListTheTagsPresent) {
   testing::ScratchDir dir("stepwise-ckpt-missing");
-  Trainer r(RunSetup{"fp32", false, 1});
+  ResumeTrainer r(RunSetup{"fp32", false, 1});
   EXPECT_EQ(testing::error_of<CheckpointError>([&] { r.engine.load_checkpoint(dir.path()); }),
             c10::str("no file ", (fs::path(dir.path()) / "latest").string(),
                      " names the checkpoint to load: pass LoadOptions().tag(...); no checkpoint "
@@ -201,14 +201,14 @@ TEST(Checkpoint, MissingTagAndLatestListTheTagsPresent) {
 
 TEST(Checkpoint, TruncatedOrCorruptedFilesAreNamed) {
   testing::ScratchDir dir("stepwise-ckpt-corrupt");
-  Trainer r(RunSetup{"fp32", true, 4});
+  ResumeTrainer r(RunSetup{"fp32", true, 4});
   for (int64_t t = 0; t < 5; ++t) r.micro_step(t);
   const std::string path = r.engine.save_checkpoint(dir.path());
   const std::string file = (fs::path(path) / "mp_rank_00_model_states.pt").string();
   const auto size = fs::file_size(file);
   const std::string before = r.engine.save_checkpoint(dir.path(), SaveOptions().tag("copy"));
   fs::resize_file(file, size / 2);
-  Trainer fresh(RunSetup{"fp32", true, 4});
+  ResumeTrainer fresh(RunSetup{"fp32", true, 4});
   const auto w = fresh.model->w.clone();
   const std::string error = testing::error_of<CheckpointError>(
       [&] { fresh.engine.load_checkpoint(dir.path(), LoadOptions().tag("global_step1")); });
@@ -276,7 +276,7 @@ TORCH_MODULE(OtherModel);
 
 TEST(Checkpoint, AModelThatDoesNotFitIsNamedAndLeftUnchanged) {
   testing::ScratchDir dir("stepwise-ckpt-shape");
-  Trainer r(RunSetup{"fp32", false, 2});
+  ResumeTrainer r(RunSetup{"fp32", false, 2});
   for (int64_t t = 0; t < 3; ++t) r.micro_step(t);
   r.engine.save_checkpoint(dir.path());
   OtherModel other;
@@ -305,13 +305,13 @@ TEST(Checkpoint, AModelThatDoesNotFitIsNamedAndLeftUnchanged) {
 
 TEST(Checkpoint, MidWindowNeedsTheSameSetupABoundaryDoesNot) {
   testing::ScratchDir dir("stepwise-ckpt-setup");
-  Trainer r(RunSetup{"fp32", false, 4});
+  ResumeTrainer r(RunSetup{"fp32", false, 4});
   for (int64_t t = 0; t < 6; ++t) r.micro_step(t);  // 2 pending
   r.engine.save_checkpoint(dir.path(), SaveOptions().tag("mid"));
   r.engine.flush();  // a boundary
   r.engine.save_checkpoint(dir.path(), SaveOptions().tag("boundary"));
 
-  Trainer gas2(RunSetup{"fp32", false, 2});
+  ResumeTrainer gas2(RunSetup{"fp32", false, 2});
   EXPECT_EQ(testing::error_of<CheckpointError>(
                 [&] { gas2.engine.load_checkpoint(dir.path(), LoadOptions().tag("mid")); }),
             c10::str("checkpoint ", (fs::path(dir.path()) / "mid").string(),
@@ -320,7 +320,7 @@ TEST(Checkpoint, MidWindowNeedsTheSameSetupABoundaryDoesNot) {
                      "that setup. Resume it with the same GAS, world size and precision, or "
                      "save at a boundary (a different world size is allowed there), or pass "
                      "LoadOptions().load_window(false) to drop them"));
-  Trainer bf16(RunSetup{"bf16", false, 4});
+  ResumeTrainer bf16(RunSetup{"bf16", false, 4});
   EXPECT_NE(testing::error_of<CheckpointError>([&] {
               bf16.engine.load_checkpoint(dir.path(), LoadOptions().tag("mid"));
             }).find("with precision fp32 (now bf16)"),
@@ -336,11 +336,11 @@ TEST(Checkpoint, MidWindowNeedsTheSameSetupABoundaryDoesNot) {
 
 TEST(Checkpoint, ModuleOnlyAndOptimizerOfAnotherType) {
   testing::ScratchDir dir("stepwise-ckpt-module-only");
-  Trainer r(RunSetup{"fp32", true, 2});
+  ResumeTrainer r(RunSetup{"fp32", true, 2});
   for (int64_t t = 0; t < 5; ++t) r.micro_step(t);
   r.engine.save_checkpoint(dir.path());
   RunSetup sgd{"fp32", true, 2, "SGD"};
-  Trainer other(sgd);
+  ResumeTrainer other(sgd);
   EXPECT_NE(testing::error_of<CheckpointError>([&] { other.engine.load_checkpoint(dir.path()); })
                 .find("holds the state of a torch::optim::AdamW; this engine's optimizer is a "
                       "torch::optim::SGD"),
@@ -362,16 +362,16 @@ TEST(Checkpoint, FusedAndTorchAdamResumeExactlyThroughFp16Overflows) {
     RunSetup s{"fp16", true, 2, "Adam"};
     s.optimizer_params = c10::str(R"(, "torch_adam": )", torch_adam);
     s.fp16 = R"("initial_scale_power": 24, "hysteresis": 2, "loss_scale_window": 3)";
-    Trainer whole(s);
+    ResumeTrainer whole(s);
     EXPECT_EQ(dynamic_cast<FusedAdamW*>(&whole.engine.optimizer()) != nullptr,
               torch_adam == "false");
     for (int64_t t = 0; t < total; ++t) whole.micro_step(t);
     ASSERT_GE(whole.engine.skipped_steps(), 2) << "the test needs overflows";
     for (int64_t k = 1; k < total; ++k) {
-      Trainer first(s);
+      ResumeTrainer first(s);
       for (int64_t t = 0; t < k; ++t) first.micro_step(t);
       first.engine.save_checkpoint(dir.path());
-      Trainer resumed(s);
+      ResumeTrainer resumed(s);
       resumed.engine.load_checkpoint(dir.path());
       EXPECT_EQ(resumed.engine.loss_scale(), first.engine.loss_scale());
       for (int64_t t = k; t < total; ++t) resumed.micro_step(t);
@@ -382,10 +382,10 @@ TEST(Checkpoint, FusedAndTorchAdamResumeExactlyThroughFp16Overflows) {
 
 TEST(Checkpoint, TheSchedulersLrLoadsWithoutTheOptimizersState) {
   testing::ScratchDir dir("stepwise-ckpt-lr");
-  Trainer r(RunSetup{"fp32", true, 2});
+  ResumeTrainer r(RunSetup{"fp32", true, 2});
   for (int64_t t = 0; t < 8; ++t) r.micro_step(t);
   r.engine.save_checkpoint(dir.path());
-  Trainer fresh(RunSetup{"fp32", true, 2});
+  ResumeTrainer fresh(RunSetup{"fp32", true, 2});
   ASSERT_NE(fresh.engine.get_lr(), r.engine.get_lr());
   fresh.engine.load_checkpoint(dir.path(), LoadOptions().load_optimizer_states(false));
   EXPECT_EQ(fresh.engine.get_lr(), r.engine.get_lr()) << "the schedule's lr at its position";
@@ -413,26 +413,26 @@ TEST(Checkpoint, TheSchedulersLrLoadsWithoutTheOptimizersState) {
 
 TEST(Checkpoint, ADroppedWindowAndAManualBoundaryLoadAsDocumented) {
   testing::ScratchDir dir("stepwise-ckpt-drop");
-  Trainer r(RunSetup{"fp32", false, 4});
+  ResumeTrainer r(RunSetup{"fp32", false, 4});
   for (int64_t t = 0; t < 6; ++t) r.micro_step(t);  // boundary at 4, then 3 of the next window
   r.engine.backward(r.model->forward(torch::ones({2, 4})).pow(2).mean());
   r.engine.step();  // micro_steps 7
   r.engine.save_checkpoint(dir.path(), SaveOptions().tag("mid"));
   // load_window(false): back to the window's start (4), then whole windows of this GAS.
   for (const auto& [gas, expected] : {std::pair<int64_t, int64_t>{4, 4}, {3, 6}, {2, 4}}) {
-    Trainer t(RunSetup{"fp32", false, gas});
+    ResumeTrainer t(RunSetup{"fp32", false, gas});
     t.engine.load_checkpoint(dir.path(), LoadOptions().tag("mid").load_window(false));
     EXPECT_EQ(t.engine.micro_steps(), expected) << "GAS " << gas;
     EXPECT_FALSE(t.model->w.grad().defined());
   }
   // A boundary set by hand is part of the state: it survives a load at a boundary.
-  Trainer manual(RunSetup{"fp32", false, 4});
+  ResumeTrainer manual(RunSetup{"fp32", false, 4});
   manual.engine.set_gradient_accumulation_boundary(false);
   manual.micro_step(0);
   manual.engine.set_gradient_accumulation_boundary(true);
   manual.micro_step(1);  // ends the window by hand
   manual.engine.save_checkpoint(dir.path(), SaveOptions().tag("manual"));
-  Trainer loaded(RunSetup{"fp32", false, 4});
+  ResumeTrainer loaded(RunSetup{"fp32", false, 4});
   loaded.engine.load_checkpoint(dir.path(), LoadOptions().tag("manual"));
   EXPECT_TRUE(loaded.engine.is_gradient_accumulation_boundary());
   EXPECT_EQ(loaded.engine.micro_steps(), manual.engine.micro_steps());
@@ -441,10 +441,10 @@ TEST(Checkpoint, ADroppedWindowAndAManualBoundaryLoadAsDocumented) {
 
 TEST(Checkpoint, GuardRailsStillWorkAfterALoad) {
   testing::ScratchDir dir("stepwise-ckpt-guards");
-  Trainer r(RunSetup{"fp32", false, 4});
+  ResumeTrainer r(RunSetup{"fp32", false, 4});
   for (int64_t t = 0; t < 2; ++t) r.micro_step(t);
   r.engine.save_checkpoint(dir.path());
-  Trainer fresh(RunSetup{"fp32", false, 4});
+  ResumeTrainer fresh(RunSetup{"fp32", false, 4});
   fresh.engine.load_checkpoint(dir.path());
   fresh.model->zero_grad();
   EXPECT_NE(testing::error_of<UsageError>([&] {
@@ -474,7 +474,7 @@ TEST(Checkpoint, PythonPyTorchReadsTheFiles) {
   // torch::pickle_save wrote.
   ASSERT_TRUE(python_has_torch()) << kNoPythonTorch;
   testing::ScratchDir dir("stepwise-ckpt-python");
-  Trainer r(RunSetup{"fp32", true, 4});
+  ResumeTrainer r(RunSetup{"fp32", true, 4});
   for (int64_t t = 0; t < 6; ++t) r.micro_step(t);
   const std::string path =
       r.engine.save_checkpoint(dir.path(), SaveOptions().client_state({{"epoch", 7}}));

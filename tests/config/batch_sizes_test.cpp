@@ -57,26 +57,26 @@ INSTANTIATE_TEST_SUITE_P(
             {8, 2, 4, 1}}),
     [](const auto& info) { return std::string(info.param.name); });
 
-std::string error_of(const std::string& json, int64_t world = 1) {
+std::string sizes_error_of(const std::string& json, int64_t world = 1) {
   return testing::error_of<ConfigError>(
       [&] { Config::from_string(json).resolve_batch_sizes(world); });
 }
 
 TEST(BatchSizes, ProductsThatOverflowInt64AreConfigErrors) {
-  EXPECT_EQ(error_of(R"({"train_micro_batch_size_per_gpu": 4611686018427387904,
+  EXPECT_EQ(sizes_error_of(R"({"train_micro_batch_size_per_gpu": 4611686018427387904,
                          "gradient_accumulation_steps": 4})"),
             "batch sizes too large: 4611686018427387904 * 4 overflows a 64-bit integer; check "
             "train_batch_size, train_micro_batch_size_per_gpu and gradient_accumulation_steps");
 }
 
 TEST(BatchSizes, NeitherTbNorMbsIsAnError) {
-  EXPECT_EQ(error_of(R"({"gradient_accumulation_steps": 4})"),
+  EXPECT_EQ(sizes_error_of(R"({"gradient_accumulation_steps": 4})"),
             "neither train_batch_size nor train_micro_batch_size_per_gpu is set; set at least "
             "one of them");
 }
 
 TEST(BatchSizes, InconsistentTripleNamesAllValues) {
-  EXPECT_EQ(error_of(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
+  EXPECT_EQ(sizes_error_of(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
                          "gradient_accumulation_steps": 4})",
                      2),
             "inconsistent batch sizes: train_batch_size (30) must equal "
@@ -86,7 +86,7 @@ TEST(BatchSizes, InconsistentTripleNamesAllValues) {
 
 TEST(BatchSizes, DivisionThatDoesNotGoEvenlyIsAnErrorNotAFloor) {
   // DeepSpeed floors 10 / (4 * 1) to 2 and then fails an assertion.
-  EXPECT_EQ(error_of(R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4})"),
+  EXPECT_EQ(sizes_error_of(R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4})"),
             "inconsistent batch sizes: train_batch_size (10) must equal "
             "train_micro_batch_size_per_gpu (4) * gradient_accumulation_steps (2) * world size "
             "(1) after dividing; make train_batch_size a multiple of the other two times the "
@@ -94,7 +94,7 @@ TEST(BatchSizes, DivisionThatDoesNotGoEvenlyIsAnErrorNotAFloor) {
 }
 
 TEST(BatchSizes, TooSmallToDivideIsAnError) {
-  EXPECT_EQ(error_of(R"({"train_batch_size": 2, "gradient_accumulation_steps": 4})"),
+  EXPECT_EQ(sizes_error_of(R"({"train_batch_size": 2, "gradient_accumulation_steps": 4})"),
             "inconsistent batch sizes: train_batch_size (2) must equal "
             "train_micro_batch_size_per_gpu (0) * gradient_accumulation_steps (4) * world size "
             "(1) after dividing; make train_batch_size a multiple of the other two times the "
@@ -102,11 +102,11 @@ TEST(BatchSizes, TooSmallToDivideIsAnError) {
 }
 
 TEST(BatchSizes, NonPositiveValuesAreErrors) {
-  EXPECT_EQ(error_of(R"({"train_batch_size": 0})"),
+  EXPECT_EQ(sizes_error_of(R"({"train_batch_size": 0})"),
             "train_batch_size must be a positive integer, got 0");
-  EXPECT_EQ(error_of(R"({"train_micro_batch_size_per_gpu": -2})"),
+  EXPECT_EQ(sizes_error_of(R"({"train_micro_batch_size_per_gpu": -2})"),
             "train_micro_batch_size_per_gpu must be a positive integer, got -2");
-  EXPECT_EQ(error_of(R"({"train_batch_size": 8, "gradient_accumulation_steps": 0})"),
+  EXPECT_EQ(sizes_error_of(R"({"train_batch_size": 8, "gradient_accumulation_steps": 0})"),
             "gradient_accumulation_steps must be a positive integer, got 0");
 }
 

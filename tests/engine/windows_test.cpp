@@ -22,10 +22,10 @@ std::string config_json(int64_t gas, const std::string& extra = "") {
                   extra, "}");
 }
 
-struct Trainer {
+struct WindowTrainer {
   torch::nn::Linear model = reference_linear();
   Engine engine;
-  explicit Trainer(int64_t gas, const std::string& extra = "")
+  explicit WindowTrainer(int64_t gas, const std::string& extra = "")
       : engine(initialize(model, Config::from_string(config_json(gas, extra)))) {}
   torch::Tensor loss(int64_t t) {
     auto [x, y] = reference_samples(2 * t, 2);
@@ -34,14 +34,14 @@ struct Trainer {
 };
 
 // Bit for bit when the rescale is a power of two, else to float rounding.
-void expect_same_weights(Trainer& a, Trainer& b, double atol = 0.0) {
+void expect_same_weights(WindowTrainer& a, WindowTrainer& b, double atol = 0.0) {
   EXPECT_TRUE(torch::allclose(a.model->weight, b.model->weight, 0.0, atol))
       << a.model->weight << b.model->weight;
   EXPECT_TRUE(torch::allclose(a.model->bias, b.model->bias, 0.0, atol));
 }
 
 TEST(Windows, WindowLossIsTheMeanOfTheWindowsLosses) {
-  Trainer r(4);
+  WindowTrainer r(4);
   EXPECT_EQ(testing::error_of<UsageError>([&] { r.engine.window_loss(); }),
             "engine.window_loss() was called before the first accumulation window ended: read "
             "it after a step() at the boundary (is_gradient_accumulation_boundary() before that "
@@ -76,7 +76,7 @@ TEST(Windows, WindowLossIsTheMeanOfTheWindowsLosses) {
 TEST(Windows, TheSumOfBackwardsReturnsIsTheWindowMean) {
   // The guide's claim: over a whole window, the values backward() returns add up to
   // the mean loss of the window, which is window_loss().
-  Trainer r(4);
+  WindowTrainer r(4);
   torch::Tensor returned_sum = torch::zeros({});
   double mean = 0.0;
   for (int64_t t = 0; t < 4; ++t) {
@@ -91,7 +91,7 @@ TEST(Windows, TheSumOfBackwardsReturnsIsTheWindowMean) {
 
 TEST(Windows, ABoundarySetByHandEndsTheWindowLikeAGasKEngine) {
   // GAS 4, but the trainer decides: 3 backward() calls, then one step().
-  Trainer manual(4), counting(3);
+  WindowTrainer manual(4), counting(3);
   manual.engine.set_gradient_accumulation_boundary(false);
   for (int64_t t = 0; t < 3; ++t) {
     if (t == 2) manual.engine.set_gradient_accumulation_boundary(true);
@@ -130,7 +130,7 @@ TEST(Windows, ABoundarySetByHandEndsTheWindowLikeAGasKEngine) {
 }
 
 TEST(Windows, TheBoundaryIsClearedOnlyBetweenWindows) {
-  Trainer r(4);
+  WindowTrainer r(4);
   r.engine.set_gradient_accumulation_boundary(false);
   r.engine.backward(r.loss(0));
   r.engine.backward(r.loss(1));
@@ -146,7 +146,7 @@ TEST(Windows, TheBoundaryIsClearedOnlyBetweenWindows) {
 }
 
 TEST(Windows, ABoundarySetByHandAfterGasBackwardsEqualsCounting) {
-  Trainer manual(4), counting(4);
+  WindowTrainer manual(4), counting(4);
   manual.engine.set_gradient_accumulation_boundary(false);
   for (int64_t t = 0; t < 4; ++t) {
     if (t == 3) manual.engine.set_gradient_accumulation_boundary(true);
@@ -162,7 +162,7 @@ TEST(Windows, ABoundarySetByHandAfterGasBackwardsEqualsCounting) {
 TEST(Windows, AWindowTheLoopNormalisesItselfIsNotRescaledByFlush) {
   // Token-level style: scale_wrt_gas off and each loss divided by the window's own
   // sample count. A flushed window of 2 must then equal a GAS 2 engine's window.
-  Trainer token(4, R"(, "stepwise": {"scale_wrt_gas": false})"), gas2(2);
+  WindowTrainer token(4, R"(, "stepwise": {"scale_wrt_gas": false})"), gas2(2);
   for (int64_t t = 0; t < 2; ++t) {
     token.engine.backward(token.loss(t) / 2.0);
     token.engine.step();
@@ -176,7 +176,7 @@ TEST(Windows, AWindowTheLoopNormalisesItselfIsNotRescaledByFlush) {
 }
 
 TEST(Windows, AWindowMixingScaledAndUnscaledLossesCannotEndEarly) {
-  Trainer r(4);
+  WindowTrainer r(4);
   r.engine.backward(r.loss(0));
   r.engine.step();
   r.engine.backward(r.loss(1), BackwardOptions().scale_wrt_gas(false));
@@ -199,7 +199,7 @@ TEST(Windows, TotalNumSteps) {
 
   // And what an engine really does, epoch by epoch.
   for (EpochEnd end : {EpochEnd::kFlush, EpochEnd::kCarry}) {
-    Trainer r(4);
+    WindowTrainer r(4);
     for (int64_t epoch = 0; epoch < 2; ++epoch) {
       for (int64_t t = 0; t < 14; ++t) {
         r.engine.backward(r.loss(t));
