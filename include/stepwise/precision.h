@@ -17,11 +17,8 @@
 #include <stepwise/loss_scaler.h>
 
 #include <torch/arg.h>
-#include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
-#include <optional>
 #include <vector>
 
 namespace stepwise {
