@@ -78,7 +78,7 @@ TEST(BatchSizes, NeitherTbNorMbsIsAnError) {
 TEST(BatchSizes, InconsistentTripleNamesAllValues) {
   EXPECT_EQ(sizes_error_of(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
                          "gradient_accumulation_steps": 4})",
-                     2),
+                           2),
             "inconsistent batch sizes: train_batch_size (30) must equal "
             "train_micro_batch_size_per_gpu (4) * gradient_accumulation_steps (4) * world size "
             "(2); change one of the values so the product matches");
