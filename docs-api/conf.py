@@ -75,7 +75,8 @@ def usage_lines(header):
         test = f"docs:{blocks.HEADERS_PAGE}:{b.id}"
         how = (f"compiled and run by the test ``{test}``" if b.kind == "fragment"
                else f"not compiled: {b.attrs.get('reason', '')}")
-        out += [f"Usage ({how}):", "", ".. code-block:: cpp", ""]
+        # The anchor of the API pages' "Used in" links to this block (snippets/api_pages.py).
+        out += [f".. _snippet-{b.id}:", "", f"Usage ({how}):", "", ".. code-block:: cpp", ""]
         out += ["   " + l if l else "" for l in b.shown_lines()] + [""]
     return out
 

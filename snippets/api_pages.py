@@ -146,8 +146,8 @@ def _pattern(sym):
     if sym.short.startswith("~") or sym.short.startswith("operator"):
         return None
     enclosing = sym.name.split("::")[-2] if sym.name.count("::") >= 1 else ""
-    if sym.kind == "function" and sym.short == enclosing:  # a constructor
-        return re.compile(rf"\b{s}\s*[({{]")
+    if sym.kind == "function" and sym.short == enclosing:  # a constructor: T(..), T x(..), <T>(..)
+        return re.compile(rf"\b{s}(?:\s*[({{]|\s+\w+\s*[({{]|>\s*\()")
     member = sym.name.count("::") >= 2 and enclosing[:1].isupper()
     if sym.kind == "function" or sym.option:
         return re.compile(rf"(?:\.|->|::)\s*{s}\s*\(") if member else re.compile(rf"\b{s}\s*\(")
@@ -155,14 +155,21 @@ def _pattern(sym):
 
 
 def tested_blocks(docs_dir=ROOT / "docs"):
-    """(page name, block id, code) of every program and fragment of docs/: what the snippet
-    tests compile and run (compile-fail blocks show misuse; no-compile ones are not run)."""
+    """(page name, block id, code) of every program and fragment of docs/ and of the usage
+    example atop each public header (page "headers", shown on its API page): what the
+    snippet tests compile and run (compile-fail blocks show misuse; no-compile ones are not
+    run)."""
     out = []
-    for path in B.doc_pages(docs_dir):
-        for b in B.parse_file(path, ROOT):
+    pages = [(path, B.parse_file(path, ROOT)) for path in B.doc_pages(docs_dir)]
+    pages += [(h, B.header_blocks(h, ROOT)) for h in B.public_headers(ROOT)]
+    for path, blocks in pages:
+        for b in blocks:
             if b.is_cpp and b.kind in ("program", "fragment") and b.id:
                 code = "\n".join(l for l in b.compiled_lines() if not l.lstrip().startswith("//"))
-                out.append((b.page[len("docs/"):-len(".md")], b.id, code))
+                # a header's example is shown on its API page: api/<header's stem>
+                page = (b.page[len("docs/"):-len(".md")] if b.page.startswith("docs/")
+                        else "api/" + pathlib.Path(b.page).stem)
+                out.append((page, b.id, code))
     return out
 
 
@@ -234,7 +241,10 @@ def build(api_dir):
     """(pages, symbols) of the Sphinx output in `api_dir`, with "Used in" filled in."""
     api_dir = pathlib.Path(api_dir)
     pages = toctree(api_dir)
-    blocks = tested_blocks()
+    # A header's example counts where its header has a page (stepwise.h, which only
+    # includes the others, has none).
+    site = {f"api/{p.name}" for p in pages}
+    blocks = [b for b in tested_blocks() if not b[0].startswith("api/") or b[0] in site]
     all_symbols = []
     for page in pages:
         soup, body = _body(api_dir, page.name)

@@ -147,9 +147,11 @@ void check_field(bool ok, const std::string& file, const char* key, double value
 
 std::string shape_of(const torch::Tensor& t) { return c10::str(t.sizes()); }
 
-// The config as saved: the JSON it was parsed from, with the batch sizes resolved.
+// The config as saved: the JSON it was parsed from, with the batch sizes resolved (only
+// those for a Config built in C++, which has no JSON text).
 std::string resolved_config(const Config& config, const BatchSizes& sizes) {
-  auto json = nlohmann::json::parse(config.json_text);
+  auto json =
+      config.json_text.empty() ? nlohmann::json::object() : nlohmann::json::parse(config.json_text);
   json["train_batch_size"] = sizes.train_batch_size;
   json["train_micro_batch_size_per_gpu"] = sizes.micro_batch;
   json["gradient_accumulation_steps"] = sizes.gradient_accumulation_steps;

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <stepwise/engine.h>
-#include <stepwise/gradient_reducer.h>
+#include "gradient_reducer.h"
 
 #include "accumulator.h"
 #include "precision_policy.h"

@@ -1,7 +1,7 @@
 // GradientReducer: flat-bucket all-reduce of gradients at the accumulation
 // boundary, and what initialize() checks across ranks.
+#include "gradient_reducer.h"
 #include <stepwise/errors.h>
-#include <stepwise/gradient_reducer.h>
 
 #include "option_checks.h"
 

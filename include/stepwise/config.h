@@ -86,7 +86,8 @@ struct Config {
   CheckpointOptions checkpoint;
   /// zero_optimization.stage: only 0 is supported.
   int64_t zero_stage = 0;
-  /// The JSON this config was parsed from (compact); checkpoints save it.
+  /// The JSON this config was parsed from (compact), which checkpoints save with the
+  /// batch sizes resolved; empty for a Config built in C++ (then they save only those).
   std::string json_text;
 
   /// Parses a JSON text. Throws ConfigError on any problem.

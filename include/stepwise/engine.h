@@ -183,7 +183,8 @@ class Engine {
   torch::nn::Module& module();
   /// The parsed configuration.
   const Config& config() const;
-  /// The reducer that averages gradients over the ranks at each boundary.
+  /// The reducer that averages gradients over the ranks at each boundary: an internal
+  /// type (src/gradient_reducer.h), for the tests and benchmarks that count its calls.
   const distributed::GradientReducer& gradient_reducer() const;
 
  private:

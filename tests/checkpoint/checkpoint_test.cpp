@@ -180,6 +180,33 @@ TEST(Checkpoint, ClientStateAndLayout) {
                            at::detail::getDefaultCPUGenerator().get_state()));
 }
 
+TEST(Checkpoint, AConfigBuiltInCppSavesItsBatchSizesAndLoads) {
+  testing::ScratchDir dir("stepwise-ckpt-cpp-config");
+  Config config;  // no JSON: json_text is empty
+  config.train_micro_batch_size_per_gpu = 2;
+  config.gradient_accumulation_steps = 2;
+  config.optimizer = OptimizerOptions().type("SGD").lr(0.1);
+  torch::manual_seed(0);
+  torch::nn::Linear model(3, 1);
+  auto engine = initialize(model, config);
+  for (int i = 0; i < 2; ++i) {
+    engine.backward(model->forward(torch::ones({2, 3})).pow(2).mean());
+    engine.step();
+  }
+  const std::string path = engine.save_checkpoint(dir.path());
+  std::ifstream in(fs::path(path) / "mp_rank_00_model_states.pt", std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+  const auto saved = torch::pickle_load(bytes).toGenericDict();
+  EXPECT_EQ(saved.at("ds_config").toStringRef(),
+            R"({"gradient_accumulation_steps":2,"train_batch_size":4,)"
+            R"("train_micro_batch_size_per_gpu":2})");
+  torch::nn::Linear other(3, 1);
+  auto resumed = initialize(other, config);
+  resumed.load_checkpoint(dir.path());
+  EXPECT_EQ(resumed.global_steps(), 1);
+  EXPECT_TRUE(torch::equal(other->weight, model->weight));
+}
+
 TEST(Checkpoint, MissingTagAndLatestListTheTagsPresent) {
   testing::ScratchDir dir("stepwise-ckpt-missing");
   ResumeTrainer r(RunSetup{"fp32", false, 1});

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "gradient_reducer.h"  // internal: the reducer's counters
 #include "support/error_of.h"
 #include "support/reference_problem.h"
 #include "support/remove_tree.h"

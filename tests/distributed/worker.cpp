@@ -26,6 +26,7 @@
 #include <string>
 #include <thread>
 
+#include "gradient_reducer.h"  // internal: the reducer's counters
 #include "support/reference_problem.h"
 
 namespace {

@@ -24,6 +24,8 @@
 #include <thread>
 #include <tuple>
 
+#include "gradient_reducer.h"  // internal: the reducer and its counters
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
