@@ -1,4 +1,5 @@
-// The c10d process group (Gloo or NCCL), the global context and the bucketed reducer.
+// The c10d context: rendezvous, the process group (Gloo or NCCL), its collectives, and
+// the process-wide context that init() makes.
 #include <stepwise/distributed.h>
 #include <stepwise/errors.h>
 
@@ -15,32 +16,13 @@
 #include <thread>
 
 #include "distributed_backends.h"
+#include "launch_environment.h"
 
 namespace stepwise::distributed {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::optional<std::string> env(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return std::nullopt;
-  return std::string(value);
-}
-
-std::optional<int64_t> env_int(const char* name) {
-  auto text = env(name);
-  if (!text) return std::nullopt;
-  char* end = nullptr;
-  const long long value = std::strtoll(text->c_str(), &end, 10);
-  if (end == text->c_str() || *end != '\0') {
-    throw DistributedError(
-        c10::str("environment variable ", name, "=\"", *text,
-                 "\" is not an integer; unset it or start the program with tools/launch -n N, "
-                 "which sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT"));
-  }
-  return value;
-}
 
 std::mutex g_mutex;
 std::shared_ptr<Context> g_context;
@@ -50,6 +32,52 @@ std::string list_ranks(const std::vector<int64_t>& ranks) {
   out << (ranks.size() == 1 ? "rank " : "ranks ");
   for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
   return out.str();
+}
+
+// The store the ranks meet at: in memory for one process, else rank 0's TCPStore.
+c10::intrusive_ptr<c10d::Store> make_store(const detail::LaunchEnvironment& launch,
+                                           std::chrono::milliseconds timeout) {
+  if (launch.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(launch.master_port);
+  options.isServer = launch.rank == 0;
+  options.numWorkers = static_cast<std::size_t>(launch.world_size);
+  options.waitWorkers = false;  // await_every_rank names the missing ranks
+  options.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(launch.master_addr, options);
+  } catch (const std::exception& e) {
+    throw DistributedError(c10::str(
+        "stepwise: rank ", launch.rank, " of ", launch.world_size,
+        launch.rank == 0 ? " could not start the rendezvous store at "
+                         : " could not reach rank 0's rendezvous store at ",
+        launch.master(), " within ", timeout.count(),
+        " ms; check MASTER_ADDR/MASTER_PORT (the port must be free on rank 0) and that rank 0 "
+        "started. c10d said: ",
+        e.what()));
+  }
+}
+
+// Rendezvous: every rank announces itself and waits for the others; a rank that never
+// arrives is named.
+void await_every_rank(c10d::Store& store, const detail::LaunchEnvironment& launch,
+                      std::chrono::milliseconds timeout) {
+  store.set(c10::str("stepwise/arrived/", launch.rank), std::vector<uint8_t>{1});
+  std::vector<std::string> keys;
+  for (int64_t r = 0; r < launch.world_size; ++r) keys.push_back(c10::str("stepwise/arrived/", r));
+  try {
+    store.wait(keys, timeout);
+  } catch (const std::exception&) {
+    std::vector<int64_t> absent;
+    for (int64_t r = 0; r < launch.world_size; ++r) {
+      if (!store.check({keys[r]})) absent.push_back(r);
+    }
+    throw DistributedError(
+        c10::str("stepwise: rendezvous at ", launch.master(), " timed out after ", timeout.count(),
+                 " ms on rank ", launch.rank, " of ", launch.world_size, ": ", list_ranks(absent),
+                 " never arrived; start all WORLD_SIZE processes (tools/launch "
+                 "-n N does) or raise the timeout"));
+  }
 }
 
 }  // namespace
@@ -96,75 +124,20 @@ void Context::fail(const std::string& what, const std::exception& cause) {
 }
 
 Context::Context(const InitOptions& options) : impl_(std::make_unique<Impl>()) {
-  world_size_ = options.world_size() ? *options.world_size() : env_int("WORLD_SIZE").value_or(1);
-  if (world_size_ < 1) {
-    throw DistributedError(c10::str("world size must be >= 1, got ", world_size_,
-                                    " (from WORLD_SIZE or InitOptions::world_size)"));
-  }
-  rank_ = options.rank() ? *options.rank() : env_int("RANK").value_or(0);
-  if (rank_ < 0 || rank_ >= world_size_) {
-    throw DistributedError(c10::str("rank ", rank_, " is out of range for world size ", world_size_,
-                                    "; use a rank in 0..", world_size_ - 1,
-                                    " (RANK or InitOptions::rank)"));
-  }
-  local_rank_ =
-      options.local_rank() ? *options.local_rank() : env_int("LOCAL_RANK").value_or(rank_);
+  const detail::LaunchEnvironment launch = detail::resolve_launch_environment(options);
+  rank_ = launch.rank;
+  world_size_ = launch.world_size;
+  local_rank_ = launch.local_rank;
   timeout_ = options.timeout();
-  const std::string addr = options.master_addr().value_or(env("MASTER_ADDR").value_or("127.0.0.1"));
-  const int64_t port =
-      options.master_port() ? *options.master_port() : env_int("MASTER_PORT").value_or(29500);
-  if (port < 1 || port > 65535) {
-    throw DistributedError(c10::str("master port ", port,
-                                    " is not a TCP port; use 1..65535 (MASTER_PORT or "
-                                    "InitOptions::master_port)"));
-  }
-  impl_->master = c10::str(addr, ":", port);
-
-  if (world_size_ == 1) {
-    impl_->store = c10::make_intrusive<c10d::HashStore>();
-  } else {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<std::uint16_t>(port);
-    store_options.isServer = rank_ == 0;
-    store_options.numWorkers = static_cast<std::size_t>(world_size_);
-    store_options.waitWorkers = false;  // our own arrival check names the missing ranks
-    store_options.timeout = timeout_;
-    try {
-      impl_->store = c10::make_intrusive<c10d::TCPStore>(addr, store_options);
-    } catch (const std::exception& e) {
-      throw DistributedError(c10::str(
-          "stepwise: rank ", rank_, " of ", world_size_,
-          rank_ == 0 ? " could not start the rendezvous store at "
-                     : " could not reach rank 0's rendezvous store at ",
-          impl_->master, " within ", timeout_.count(),
-          " ms; check MASTER_ADDR/MASTER_PORT (the port must be free on rank 0) and that rank 0 "
-          "started. c10d said: ",
-          e.what()));
-    }
-  }
-  // Rendezvous: every rank announces itself; a rank that never arrives is named.
-  impl_->store->set(c10::str("stepwise/arrived/", rank_), std::vector<uint8_t>{1});
-  std::vector<std::string> keys;
-  for (int64_t r = 0; r < world_size_; ++r) keys.push_back(c10::str("stepwise/arrived/", r));
-  try {
-    impl_->store->wait(keys, timeout_);
-  } catch (const std::exception& e) {
-    std::vector<int64_t> absent;
-    for (int64_t r = 0; r < world_size_; ++r) {
-      if (!impl_->store->check({keys[r]})) absent.push_back(r);
-    }
-    throw DistributedError(c10::str("stepwise: rendezvous at ", impl_->master, " timed out after ",
-                                    timeout_.count(), " ms on rank ", rank_, " of ", world_size_,
-                                    ": ", list_ranks(absent),
-                                    " never arrived; start all WORLD_SIZE processes (tools/launch "
-                                    "-n N does) or raise the timeout"));
-  }
+  impl_->master = launch.master();
+  impl_->store = make_store(launch, timeout_);
+  await_every_rank(*impl_->store, launch, timeout_);
   try {
     auto store = c10::make_intrusive<c10d::PrefixStore>("pg", impl_->store);
     const bool nccl = options.backend() == Backend::kNccl;
-    impl_->group = nccl
-                       ? detail::make_nccl_process_group(store, rank_, world_size_, timeout_)
-                       : detail::make_gloo_process_group(store, rank_, world_size_, addr, timeout_);
+    impl_->group = nccl ? detail::make_nccl_process_group(store, rank_, world_size_, timeout_)
+                        : detail::make_gloo_process_group(store, rank_, world_size_,
+                                                          launch.master_addr, timeout_);
     if (nccl)
       impl_->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank_));
   } catch (const DistributedError&) {
@@ -326,7 +299,7 @@ void shutdown() {
 }
 
 int64_t world_size_for_engine(const torch::Device& params_device) {
-  if (!is_initialized() && env_int("WORLD_SIZE").value_or(1) > 1) {
+  if (!is_initialized() && detail::launched_world_size() > 1) {
     init(InitOptions().backend(params_device.is_cuda() ? Backend::kNccl : Backend::kGloo));
   }
   return world_size();

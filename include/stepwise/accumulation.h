@@ -5,6 +5,8 @@
 //   // 100 micro-batches an epoch, 3 epochs, GAS 8, a flush() at each epoch's end:
 //   const int64_t steps = stepwise::total_num_steps(100, 3, 8, stepwise::EpochEnd::kFlush);
 //   // 3 * ceil(100 / 8) = 39: the "total_num_steps" of a WarmupDecayLR for this loop
+//   stepwise::Config config;  // or the config's "stepwise" section: {"strict_cadence": false}
+//   config.accumulation = stepwise::AccumulationOptions().strict_cadence(false);
 //
 // The engine counts micro-steps and finds the boundary (NOTE: [accumulation boundary] in
 // src/accumulator.h); these options and the step count of a run are what a user sets

@@ -8,6 +8,15 @@
 //   auto loss = loss_of(0);
 //   loss.backward();
 //   optimizer.step();  // as torch::optim::AdamW, in one pass over all parameters
+//   // What the engine does with it under fp16/bf16: the same pass writes the new weights,
+//   // rounded, into the model's copies, and takes the unscale (and clip) factor as a value.
+//   auto weight = model->weight.detach().to(torch::kBFloat16);
+//   auto bias = model->bias.detach().to(torch::kBFloat16);
+//   optimizer.set_model_copies({weight, bias});  // one per parameter, in group order
+//   optimizer.step_with_grad_scale(0.5);          // the gradients times 0.5, then the step
+//   CHECK(torch::equal(weight, model->weight.detach().to(torch::kBFloat16)));
+//   torch::serialize::OutputArchive archive;
+//   optimizer.save(archive);  // its state, as torch::optim::AdamW saves its own
 //
 // It is what the engine builds for "Adam"/"AdamW" when the model is on CUDA (or when
 // optimizer.params.torch_adam is false): same options, same state (AdamWParamState),

@@ -5,6 +5,12 @@
 //   auto config = stepwise::Config::from_string(
 //       R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}})");
 //   const bool bf16 = config.precision.mode() == stepwise::PrecisionMode::kBf16;  // true
+//   // The same in C++: fp32 is the default, fp16 takes the loss scaler's options.
+//   stepwise::PrecisionOptions fp32;
+//   CHECK(fp32.mode() == stepwise::PrecisionMode::kFp32);
+//   auto fp16 = stepwise::PrecisionOptions()
+//                   .mode(stepwise::PrecisionMode::kFp16)
+//                   .loss_scaler(stepwise::LossScalerOptions().init_scale(4096));
 //
 // fp16: the model's parameters are half; fp32 master copies live in the
 // optimizer; backward() multiplies the (GAS-divided) loss by S in fp32;
