@@ -2,6 +2,7 @@
 
 #include <stepwise/errors.h>
 #include "accumulator.h"
+#include "check.h"
 
 #include <limits>
 

@@ -1,5 +1,6 @@
 #include "checkpoint_files.h"
 
+#include "check.h"
 #include "checkpoint_zip.h"
 #include "hash_bytes.h"
 

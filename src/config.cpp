@@ -1,7 +1,10 @@
 #include <stepwise/config.h>
 #include <stepwise/errors.h>
 
+#include "check.h"
 #include "json_reader.h"
+#include "lr_schedules_detail.h"
+#include "optimizers_detail.h"
 #include "option_checks.h"
 
 #include <nlohmann/json.hpp>

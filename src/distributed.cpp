@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "check.h"
 #include "distributed_backends.h"
 #include "launch_environment.h"
 

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include "check.h"
 #include "engine_state.h"
 #include "leftover_checks.h"
 

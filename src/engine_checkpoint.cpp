@@ -6,11 +6,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "check.h"
 #include "checkpoint_deepspeed.h"
 #include "checkpoint_files.h"
 #include "checkpoint_optimizer.h"
 #include "engine_state.h"
 #include "leftover_checks.h"
+#include "lr_schedules_detail.h"
 
 #include <cmath>
 #include <exception>

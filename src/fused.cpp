@@ -2,6 +2,7 @@
 #include "fused.h"
 #include <stepwise/errors.h>
 
+#include "check.h"
 #include "fused_backends.h"
 
 #include <torch/torch.h>

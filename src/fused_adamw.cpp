@@ -2,6 +2,7 @@
 #include <stepwise/fused_adamw.h>
 #include "fused.h"
 
+#include "check.h"
 #include "torch_compat.h"
 
 #include <torch/optim/serialize.h>

@@ -3,6 +3,7 @@
 #include "gradient_reducer.h"
 #include <stepwise/errors.h>
 
+#include "check.h"
 #include "option_checks.h"
 
 #include <torch/csrc/autograd/function.h>

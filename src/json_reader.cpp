@@ -1,5 +1,6 @@
 #include "json_reader.h"
 
+#include "check.h"
 #include "option_checks.h"
 
 #include <algorithm>

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
+
 namespace stepwise::detail {
 
 /// "a.b" from a parent path and a key.

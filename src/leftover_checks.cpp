@@ -1,6 +1,7 @@
 #include "leftover_checks.h"
 
 #include "accumulator.h"
+#include "check.h"
 #include "hash_bytes.h"
 
 #include <stepwise/errors.h>

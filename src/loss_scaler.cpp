@@ -1,6 +1,7 @@
 #include <stepwise/errors.h>
 #include <stepwise/loss_scaler.h>
 
+#include "check.h"
 #include "option_checks.h"
 
 #include <algorithm>

@@ -1,6 +1,8 @@
 #include <stepwise/errors.h>
 #include <stepwise/lr_schedules.h>
 
+#include "check.h"
+#include "lr_schedules_detail.h"
 #include "option_checks.h"
 
 #include <torch/optim/adam.h>

@@ -6,6 +6,8 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include "check.h"
+#include "optimizers_detail.h"
 #include "option_checks.h"
 
 #include <algorithm>

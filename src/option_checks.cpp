@@ -1,4 +1,5 @@
 #include "option_checks.h"
+#include "check.h"
 
 #include <cmath>
 

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
+
 namespace stepwise::detail {
 
 /// The largest finite float: a value used in fp32 arithmetic (an lr, a loss

@@ -1,6 +1,7 @@
 #include <stepwise/errors.h>
 #include <stepwise/precision.h>
 
+#include "check.h"
 #include "fused.h"
 #include "precision_policy.h"
 

@@ -72,12 +72,3 @@ class CheckpointError : public std::runtime_error {
 };
 
 }  // namespace stepwise
-
-/// Throws `ErrorType` with the concatenation of the remaining arguments when
-/// `cond` is false. Like TORCH_CHECK, but with our error types.
-#define STEPWISE_CHECK(cond, ErrorType, ...)    \
-  do {                                          \
-    if (!(cond)) {                              \
-      throw ErrorType(::c10::str(__VA_ARGS__)); \
-    }                                           \
-  } while (false)

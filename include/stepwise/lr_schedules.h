@@ -35,10 +35,6 @@ namespace stepwise {
 /// How a warmup ramps from its minimum to its maximum.
 enum class WarmupType { kLog, kLinear };
 
-/// The warmup type names as spelled in the config, in WarmupType's order.
-const std::vector<std::string>& warmup_type_names();
-/// Parses one of warmup_type_names(); anything else is a ConfigError naming `path`.
-WarmupType parse_warmup_type(const std::string& value, const std::string& path);
 /// "log" or "linear".
 std::string to_string(WarmupType type);
 
@@ -115,17 +111,12 @@ struct LRRangeTestOptions {
   TORCH_ARG(bool, lr_range_test_staircase) = false;
 };
 
-/// The options of any one schedule, in supported_scheduler_types()' order.
+/// The options of any one schedule.
 using ScheduleOptions = std::variant<WarmupLROptions, WarmupDecayLROptions, WarmupCosineLROptions,
                                      OneCycleOptions, LRRangeTestOptions>;
 
-/// The schedule names as spelled in DeepSpeed's config, in ScheduleOptions' order.
-const std::vector<std::string>& supported_scheduler_types();
 /// The name of the schedule `options` configure ("WarmupLR", ...), as in the config.
 const std::string& schedule_type(const ScheduleOptions& options);
-/// Default options of the schedule named `type`; an unknown name is a ConfigError
-/// naming `path` and the supported names.
-ScheduleOptions default_schedule_options(const std::string& type, const std::string& path);
 /// Throws ConfigError naming the option, its value and the valid range when an
 /// option is invalid. Every schedule's constructor calls it.
 void validate(const ScheduleOptions& options);
@@ -213,8 +204,5 @@ std::unique_ptr<Schedule> make_scheduler(const ScheduleOptions& options,
 std::vector<double> current_lrs(torch::optim::Optimizer& optimizer);
 /// How many times step() was called on any torch::optim::LRScheduler.
 int64_t scheduler_step_count(const torch::optim::LRScheduler& scheduler);
-/// Sets that count (a checkpoint's): with the optimizer's lrs restored, the scheduler
-/// continues where it was (every LRScheduler's state is its step count and the lrs).
-void set_scheduler_step_count(torch::optim::LRScheduler& scheduler, int64_t count);
 
 }  // namespace stepwise

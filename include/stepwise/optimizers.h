@@ -58,9 +58,6 @@ struct OptimizerOptions {
   TORCH_ARG(bool, nesterov) = false;
 };
 
-/// The optimizer types make_optimizer accepts, as spelled in the config.
-const std::vector<std::string>& supported_optimizer_types();
-
 /// Throws ConfigError naming the option (`type`, `lr`, `betas`, ...), its value and
 /// what would be valid, for an unknown type or a value out of range. Lrs, weight
 /// decay and momentum are finite, >= 0 and fit a float; betas are in [0, 1).

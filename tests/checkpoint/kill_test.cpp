@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "check.h"
 #include "support/scratch_dir.h"
 
 extern char** environ;

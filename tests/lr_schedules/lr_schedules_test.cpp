@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 
+#include "lr_schedules_detail.h"
 #include "support/error_of.h"
 #include "support/reference_problem.h"
 
