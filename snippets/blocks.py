@@ -205,7 +205,7 @@ def check_page(blocks, contexts_dir):
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONTEXTS = ROOT / "snippets" / "contexts"
 CHECKS = ROOT / "snippets" / "standalone_checks.h"
-CHECK_RE = re.compile(r"\b(?:CHECK|CHECK_FALSE|CHECK_MESSAGE|REQUIRE)\s*\(|\bdoctest::")
+CHECK_RE = re.compile(r"\b(?:CHECK|CHECK_FALSE|CHECK_MESSAGE|CHECK_NOTHROW|CHECK_THROWS_AS|REQUIRE)\s*\(|\bdoctest::")
 
 
 def _without_header_comment(path):

@@ -14,6 +14,8 @@
 #undef CHECK_FALSE
 #undef CHECK_MESSAGE
 #undef REQUIRE
+#undef CHECK_NOTHROW
+#undef CHECK_THROWS_AS
 [[noreturn]] inline void stepwise_check_failed(const char* what, const char* expr, int line) {
   std::cerr << "line " << line << ": " << what << "(" << expr << ") failed\n";
   std::exit(1);
@@ -28,6 +30,24 @@
        ? void()                      \
        : (std::cerr << message << "\n", stepwise_check_failed("CHECK_MESSAGE", #cond, __LINE__)))
 #define REQUIRE(...) CHECK(__VA_ARGS__)
+#define CHECK_NOTHROW(...)                                            \
+  [&] {                                                               \
+    try {                                                             \
+      static_cast<void>(__VA_ARGS__);                                 \
+    } catch (...) {                                                   \
+      stepwise_check_failed("CHECK_NOTHROW", #__VA_ARGS__, __LINE__); \
+    }                                                                 \
+  }()
+#define CHECK_THROWS_AS(expr, ...)                             \
+  [&] {                                                        \
+    try {                                                      \
+      static_cast<void>(expr);                                 \
+    } catch (const __VA_ARGS__&) {                             \
+      return;                                                  \
+    } catch (...) {                                            \
+    }                                                          \
+    stepwise_check_failed("CHECK_THROWS_AS", #expr, __LINE__); \
+  }()
 namespace doctest {  // doctest::Approx(v): equal within 100 float epsilons of the larger
 struct Approx {
   explicit Approx(double v) : value(v) {}
