@@ -94,6 +94,13 @@ class Accumulator {
 
   /// Micro-batches per optimizer step.
   int64_t gas() const { return gas_; }
+  /// Where a run saved at `micro_steps` with `saved_gas` continues when its window in
+  /// progress is dropped (a load's load_window(false)): back to that window's start, then
+  /// on to the next whole window of this GAS, as flush() moves it.
+  int64_t after_dropped_window(int64_t micro_steps, int64_t saved_gas) const {
+    const int64_t start = micro_steps - micro_steps % saved_gas;
+    return (start + gas_ - 1) / gas_ * gas_;
+  }
   /// step() calls so far.
   int64_t micro_steps() const { return s_.micro_steps; }
   /// Boundaries reached, skipped ones included.

@@ -187,8 +187,7 @@ torch::Tensor Engine::State::backward(const torch::Tensor& loss, const BackwardO
   accumulator_.on_backward(scale);
   const auto start = Clock::now();
   // FACT 1 and 2: the engine divides by GAS and returns what it backpropagated.
-  torch::Tensor scaled =
-      scale ? loss / static_cast<double>(sizes_.gradient_accumulation_steps) : loss;
+  torch::Tensor scaled = scale ? loss / static_cast<double>(accumulator_.gas()) : loss;
   // W > 1: the backward that ends a window (counted, not set by hand: then several may
   // come before the step) starts each bucket's all-reduce once the bucket is full.
   reducer_->before_backward(config_.reducer.overlap_comm() && !accumulator_.manual_boundary() &&

@@ -208,7 +208,7 @@ c10::IValue Engine::State::model_states(const ClientState& client_state) const {
   d.insert("manual_boundary",
            acc.manual_boundary ? static_cast<int64_t>(*acc.manual_boundary) : int64_t{-1});
   d.insert("dp_world_size", sizes_.world_size);
-  d.insert("gradient_accumulation_steps", sizes_.gradient_accumulation_steps);
+  d.insert("gradient_accumulation_steps", accumulator_.gas());
   d.insert("precision", std::string(precision_name(precision_->mode())));
   d.insert("ds_config", resolved_config(config_, sizes_));
   d.insert("stepwise_version", std::string(STEPWISE_VERSION));
@@ -322,7 +322,7 @@ void Engine::State::plan_load(const std::string& dir, const std::string& tag,
   const std::string states_file = (fs::path(plan.path) / detail::kModelStatesFile).string();
   const std::string deepspeed_file = (fs::path(plan.path) / detail::kDeepSpeedFile).string();
   const std::string precision = precision_name(precision_->mode());
-  const int64_t gas = sizes_.gradient_accumulation_steps;
+  const int64_t gas = accumulator_.gas();
   if (!fs::exists(states_file) && fs::exists(deepspeed_file)) {
     const c10::IValue ds = detail::read_foreign_pickle(deepspeed_file);
     STEPWISE_CHECK(ds.isGenericDict(), CheckpointError, "checkpoint file ", deepspeed_file,
@@ -442,9 +442,9 @@ void Engine::State::check_load(const LoadOptions& options, detail::LoadPlan& pla
   if (plan.continue_window) {
     const auto reason = saved_world != sizes_.world_size
                             ? c10::str("world size ", saved_world, " (now ", sizes_.world_size, ")")
-                        : plan.saved_gas != sizes_.gradient_accumulation_steps
+                        : plan.saved_gas != accumulator_.gas()
                             ? c10::str("gradient_accumulation_steps ", plan.saved_gas, " (now ",
-                                       sizes_.gradient_accumulation_steps, ")")
+                                       accumulator_.gas(), ")")
                         : saved_precision != precision
                             ? c10::str("precision ", saved_precision, " (now ", precision, ")")
                             : std::string();
@@ -604,12 +604,7 @@ void Engine::State::read_states(const LoadOptions& options, detail::LoadPlan& pl
   if (plan.continue_window) {
     acc.awaiting_step = entry(states, "window_awaiting_step", file).toBool();
   } else {
-    // The window in progress, if any, is dropped: back to its start (the last boundary, a
-    // multiple of the saving run's GAS), then on to the next whole window of this run's
-    // GAS, as flush() does.
-    const int64_t gas = sizes_.gradient_accumulation_steps;
-    acc.micro_steps -= acc.micro_steps % plan.saved_gas;
-    acc.micro_steps = (acc.micro_steps + gas - 1) / gas * gas;
+    acc.micro_steps = accumulator_.after_dropped_window(acc.micro_steps, plan.saved_gas);
   }
   plan.was_step_applied = entry(states, "was_step_applied", file).toBool();
   plan.global_grad_norm = entry(states, "global_grad_norm", file).toDouble();
