@@ -1,5 +1,7 @@
 #include "json_reader.h"
 
+#include <stepwise/config.h>
+
 #include "check.h"
 #include "option_checks.h"
 

@@ -12,7 +12,6 @@
 // records of every object, so the parser's own reads are the only list of keys.
 #pragma once
 
-#include <stepwise/config.h>
 #include <stepwise/errors.h>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +23,10 @@
 #include <vector>
 
 #include "check.h"
+
+namespace stepwise {
+struct ConfigKey;  // what config_keys() lists (the config layer's public header)
+}  // namespace stepwise
 
 namespace stepwise::detail {
 

@@ -49,8 +49,8 @@ LaunchEnvironment resolve_launch_environment(const InitOptions& options) {
   out.local_rank =
       options.local_rank() ? *options.local_rank() : env_int("LOCAL_RANK").value_or(out.rank);
   out.master_addr = options.master_addr().value_or(env("MASTER_ADDR").value_or(out.master_addr));
-  out.master_port =
-      options.master_port() ? *options.master_port() : env_int("MASTER_PORT").value_or(29500);
+  out.master_port = options.master_port() ? *options.master_port()
+                                          : env_int("MASTER_PORT").value_or(out.master_port);
   if (out.master_port < 1 || out.master_port > 65535) {
     throw DistributedError(c10::str("master port ", out.master_port,
                                     " is not a TCP port; use 1..65535 (MASTER_PORT or "

@@ -21,37 +21,7 @@ using detail::check_in_range;
 using detail::check_positive;
 using detail::kFloatMax;
 
-const std::vector<std::string>& warmup_type_names() {
-  static const std::vector<std::string> names = {"log", "linear"};
-  return names;
-}
-
-WarmupType parse_warmup_type(const std::string& value, const std::string& path) {
-  const auto& names = warmup_type_names();
-  const auto it = std::find(names.begin(), names.end(), value);
-  STEPWISE_CHECK(it != names.end(), ConfigError, path, " \"", value,
-                 "\" is not a warmup type; use \"log\" or \"linear\"");
-  return static_cast<WarmupType>(it - names.begin());
-}
-
-std::string to_string(WarmupType type) { return warmup_type_names().at(static_cast<int>(type)); }
-
-const std::vector<std::string>& supported_scheduler_types() {
-  static const std::vector<std::string> names = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
-                                                 "OneCycle", "LRRangeTest"};
-  return names;
-}
-
 namespace {
-
-// Builds the alternative of ScheduleOptions at `index`, default-constructed.
-template <size_t I = 0>
-ScheduleOptions options_at(size_t index) {
-  if constexpr (I + 1 < std::variant_size_v<ScheduleOptions>) {
-    if (index != I) return options_at<I + 1>(index);
-  }
-  return ScheduleOptions(std::in_place_index<I>);
-}
 
 // ---- validation: see NOTE: [option errors] ----
 
@@ -210,14 +180,6 @@ std::vector<double> checked(std::vector<double> lrs, const std::string& name, in
 
 }  // namespace
 
-ScheduleOptions default_schedule_options(const std::string& type, const std::string& path) {
-  const auto& names = supported_scheduler_types();
-  const auto it = std::find(names.begin(), names.end(), type);
-  STEPWISE_CHECK(it != names.end(), ConfigError, path, " \"", type,
-                 "\" is not supported; use one of: ", detail::join(names));
-  return options_at(static_cast<size_t>(it - names.begin()));
-}
-
 void validate(const ScheduleOptions& options) {
   std::visit([](const auto& o) { check(o); }, options);
 }
@@ -286,10 +248,6 @@ Schedule::Schedule(torch::optim::Optimizer& optimizer, ScheduleOptions options)
       cycle_momentum_(should_cycle_momentum(options_, optimizer)) {
   warn_about_clamps(options_);
   jump_to(0);  // lr = schedule(0), OneCycle's beta1 too
-}
-
-const std::string& schedule_type(const ScheduleOptions& options) {
-  return supported_scheduler_types().at(options.index());
 }
 
 const std::string& Schedule::name() const { return schedule_type(options_); }
