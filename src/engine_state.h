@@ -19,6 +19,11 @@ namespace stepwise {
 namespace detail {
 class LeftoverChecks;
 struct LoadPlan;
+struct ModelTensors;
+struct ReadCheckpoint;
+struct RankWindow;
+struct SavedScheduler;
+struct SharedState;
 }  // namespace detail
 
 struct Engine::State {
@@ -44,15 +49,17 @@ struct Engine::State {
   void check_scheduler_not_stepped_elsewhere() const;
   void print_progress() const;
 
-  // The parts of a checkpoint (NOTE: [checkpoint layout]); a load runs in the phases of
-  // NOTE: [checkpoint phases]: read and check, then apply.
-  c10::IValue model_states(const ClientState& client_state) const;
-  c10::IValue window_state() const;
-  void plan_load(const std::string& dir, const std::string& tag, const LoadOptions& options,
+  // The engine's side of a checkpoint (src/checkpoint/ runs the save and the load):
+  // what it saves, how a read checkpoint fits it (before anything changes), and the apply.
+  detail::SharedState shared_state(const ClientState& client_state) const;
+  detail::RankWindow rank_window() const;
+  void plan_load(const detail::ReadCheckpoint& c, const LoadOptions& options,
                  detail::LoadPlan& plan) const;
-  void check_load(const LoadOptions& options, detail::LoadPlan& plan) const;
-  void read_states(const LoadOptions& options, detail::LoadPlan& plan) const;
-  void apply_load(detail::LoadPlan& plan);
+  AccumulatorState counters_after_load(const detail::ReadCheckpoint& c) const;
+  void plan_optimizer_load(const detail::ReadCheckpoint& c, const detail::ModelTensors& model,
+                           detail::LoadPlan& plan) const;
+  void apply_load(const detail::ReadCheckpoint& c, detail::LoadPlan& plan);
+  void restore_scheduler(const detail::SavedScheduler& saved);
 
   std::shared_ptr<torch::nn::Module> model_;
   Config config_;

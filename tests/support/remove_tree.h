@@ -1,5 +1,5 @@
 // Test support: removes a folder and everything under it, without
-// std::filesystem::remove_all (see NOTE: [no remove_all] in src/checkpoint_files.h:
+// std::filesystem::remove_all (see NOTE: [no remove_all] in src/checkpoint/files.h:
 // it crashes inside PyTorch 2.11's libtorch.so).
 #pragma once
 

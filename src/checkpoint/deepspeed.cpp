@@ -1,11 +1,11 @@
-#include "checkpoint_deepspeed.h"
+#include "checkpoint/deepspeed.h"
 
 #include <torch/torch.h>
 
 #include <stepwise/errors.h>
 #include <stepwise/fused_adamw.h>
 
-#include "checkpoint_files.h"
+#include "checkpoint/files.h"
 #include "torch_compat.h"
 
 namespace stepwise::detail {
@@ -46,47 +46,32 @@ void apply_adam_state(torch::optim::Optimizer& optimizer, const c10::IValue& sav
 
 }  // namespace
 
-// A converted DeepSpeed checkpoint (tools/deepspeed-to-stepwise) as the entries of
-// stepwise's own model-states file: a boundary checkpoint without a window.
-Dict from_deepspeed(const Dict& ds, const std::string& file, int64_t gas,
-                    const std::string& precision) {
-  Dict d(c10::StringType::get(), c10::AnyType::get());
-  c10::Dict<std::string, at::Tensor> module;
+// A converted DeepSpeed checkpoint (tools/deepspeed-to-stepwise) as stepwise's own shared
+// state: a boundary checkpoint without a window.
+SharedState from_deepspeed(const Dict& ds, const std::string& file, int64_t gas,
+                           const std::string& precision) {
+  SharedState s;
   for (const auto& pair : entry(ds, "module", file).toTuple()->elements().vec()) {
     const auto items = pair.toTuple()->elements().vec();  // (name, tensor)
-    module.insert(items[0].toStringRef(), items[1].toTensor());
+    s.module.emplace_back(items[0].toStringRef(), items[1].toTensor());
   }
-  d.insert("module", module);
-  d.insert("optimizer_type", std::string("deepspeed"));
-  d.insert("deepspeed_optimizer", entry(ds, "optimizer", file));
+  s.optimizer_type = "deepspeed";
+  s.deepspeed_optimizer = entry(ds, "optimizer", file);
   const auto scheduler = entry(ds, "lr_scheduler", file);
-  if (scheduler.isNone()) {
-    d.insert("lr_scheduler", c10::IValue());
-  } else {
+  if (!scheduler.isNone()) {
     // DeepSpeed's last_batch_iteration is k - 1 after k steps; stepwise counts k.
     const int64_t steps = scheduler.toInt() + 1;
-    c10::Dict<std::string, int64_t> s;
-    s.insert("step_count", steps);
-    s.insert("steps_taken", steps);
-    d.insert("lr_scheduler", s);
+    s.lr_scheduler = SavedScheduler{steps, steps, std::nullopt};
   }
-  d.insert("loss_scaler", c10::IValue());
-  const int64_t global_steps = entry(ds, "global_steps", file).toInt();
-  d.insert("global_steps", global_steps);
-  d.insert("global_samples", entry(ds, "global_samples", file));
-  d.insert("skipped_steps", entry(ds, "skipped_steps", file));
-  d.insert("micro_steps", global_steps * gas);  // DeepSpeed does not save it
-  d.insert("dp_world_size", entry(ds, "dp_world_size", file));
-  d.insert("gradient_accumulation_steps", gas);
-  d.insert("precision", precision);
-  d.insert("ds_config", entry(ds, "ds_config", file));
-  d.insert("window_micro_batches", int64_t{0});
-  d.insert("window_awaiting_step", false);
-  d.insert("manual_boundary", int64_t{-1});
-  d.insert("was_step_applied", false);
-  d.insert("global_grad_norm", 0.0);
-  d.insert("client_state", Dict(c10::StringType::get(), c10::AnyType::get()));
-  return d;
+  s.global_steps = entry(ds, "global_steps", file).toInt();
+  s.global_samples = entry(ds, "global_samples", file).toInt();
+  s.skipped_steps = entry(ds, "skipped_steps", file).toInt();
+  s.micro_steps = s.global_steps * gas;  // DeepSpeed does not save it
+  s.dp_world_size = entry(ds, "dp_world_size", file).toInt();
+  s.gradient_accumulation_steps = gas;
+  s.precision = precision;
+  s.ds_config = entry(ds, "ds_config", file).toStringRef();
+  return s;
 }
 
 // Why that Adam/AdamW state (from DeepSpeed) does not fit `optimizer`.

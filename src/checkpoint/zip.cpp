@@ -1,4 +1,4 @@
-#include "checkpoint_zip.h"
+#include "checkpoint/zip.h"
 
 #include <c10/util/StringUtil.h>
 

@@ -7,16 +7,18 @@
 
 #include <string>
 
+#include "checkpoint/state.h"
+
 namespace torch::optim {
 class Optimizer;
 }  // namespace torch::optim
 
 namespace stepwise::detail {
 
-/// The converted file's entries as those of stepwise's own model-states file: a boundary
-/// checkpoint without a window (`micro_steps` = global_steps x `gas`).
-c10::impl::GenericDict from_deepspeed(const c10::impl::GenericDict& ds, const std::string& file,
-                                      int64_t gas, const std::string& precision);
+/// The converted file as stepwise's own shared state: a boundary checkpoint without a
+/// window (`micro_steps` = global_steps x `gas`).
+SharedState from_deepspeed(const c10::impl::GenericDict& ds, const std::string& file, int64_t gas,
+                           const std::string& precision);
 /// Why the converted Adam/AdamW state `saved` does not fit `optimizer` (empty: it fits).
 std::string deepspeed_optimizer_mismatch(torch::optim::Optimizer& optimizer,
                                          const c10::IValue& saved);

@@ -1,4 +1,4 @@
-#include "checkpoint_optimizer.h"
+#include "checkpoint/optimizer.h"
 
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
@@ -7,7 +7,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 
-#include "checkpoint_files.h"
+#include "checkpoint/files.h"
 #include "torch_compat.h"
 
 #include <memory>

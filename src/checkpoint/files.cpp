@@ -1,7 +1,7 @@
-#include "checkpoint_files.h"
+#include "checkpoint/files.h"
 
 #include "check.h"
-#include "checkpoint_zip.h"
+#include "checkpoint/zip.h"
 #include "hash_bytes.h"
 
 #include <stepwise/checkpoint.h>
