@@ -93,7 +93,7 @@ Engine::State::State(std::shared_ptr<torch::nn::Module> model, Config config,
   // 3. then the optimizer is built over the masters, and attached to the precision.
   // tests/distributed (RankZerosWeightsReachEveryRankBeforeTheFp16Cast) checks 1-2.
   reducer_ = make_reducer(non_null(model_), config_, sizes_);
-  precision_ = std::make_unique<Precision>(config_.precision, *model_);
+  precision_ = Precision::make(config_.precision, *model_);
   optimizer_ = choose_optimizer(config_, std::move(client_optimizer), *precision_);
   precision_->attach(*optimizer_);
   folds_ = dynamic_cast<TakesGradScale*>(optimizer_.get());  // see NOTE: [folded unscale]

@@ -44,17 +44,6 @@ namespace {
 #define STEPWISE_VERSION "unknown"
 #endif
 
-const char* precision_name(PrecisionMode mode) {
-  switch (mode) {
-    case PrecisionMode::kFp16:
-      return "fp16";
-    case PrecisionMode::kBf16:
-      return "bf16";
-    default:
-      return "fp32";
-  }
-}
-
 // The config as saved: the JSON it was parsed from, with the batch sizes resolved (only
 // those for a Config built in C++, which has no JSON text).
 std::string resolved_config(const Config& config, const BatchSizes& sizes) {
@@ -83,7 +72,7 @@ detail::SharedState Engine::State::shared_state(const ClientState& client_state)
   for (const auto& item : model_->named_buffers()) {
     s.module.emplace_back(item.key(), item.value().detach());
   }
-  if (precision_->mode() != PrecisionMode::kFp32) {
+  if (precision_->has_masters()) {
     s.fp32_masters = named(detail::trainable_names(*model_), precision_->optimizer_params());
   }
   s.optimizer_type = detail::optimizer_type(*optimizer_);
@@ -102,7 +91,7 @@ detail::SharedState Engine::State::shared_state(const ClientState& client_state)
   s.manual_boundary = acc.manual_boundary;
   s.dp_world_size = sizes_.world_size;
   s.gradient_accumulation_steps = accumulator_.gas();
-  s.precision = precision_name(precision_->mode());
+  s.precision = precision_->name();
   s.ds_config = resolved_config(config_, sizes_);
   s.stepwise_version = STEPWISE_VERSION;
   s.was_step_applied = was_step_applied_;
@@ -145,8 +134,7 @@ std::string Engine::State::save_checkpoint(const std::string& dir, const SaveOpt
 LoadedCheckpoint Engine::State::load_checkpoint(const std::string& dir,
                                                 const LoadOptions& options) {
   const auto context = sizes_.world_size > 1 ? distributed::default_context() : nullptr;
-  const detail::Setup setup{sizes_.world_size, accumulator_.gas(),
-                            precision_name(precision_->mode())};
+  const detail::Setup setup{sizes_.world_size, accumulator_.gas(), precision_->name()};
   detail::LoadPlan plan;
   return detail::load_checkpoint(
       context.get(), dir, options, setup,

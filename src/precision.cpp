@@ -11,40 +11,123 @@
 
 namespace stepwise {
 
-Precision::Precision(const PrecisionOptions& options, torch::nn::Module& model)
-    : mode_(options.mode()) {
-  if (mode_ != PrecisionMode::kFp32) {
-    // Floating-point tensors only, as PyTorch's module.half() does: Module::to(dtype)
-    // would also turn integer buffers (BatchNorm's num_batches_tracked) into half.
-    const auto dtype = mode_ == PrecisionMode::kFp16 ? torch::kHalf : torch::kBFloat16;
+namespace {
+
+// fp32: the optimizer steps the model's own parameters; nothing to cast, copy or scale.
+class Fp32 final : public Precision {
+ public:
+  explicit Fp32(torch::nn::Module& model) : Precision(model) {}
+  const char* name() const override { return "fp32"; }
+  bool has_masters() const override { return false; }
+  void check_optimizer_source(bool /*client_optimizer*/) const override {}
+  void attach(torch::optim::Optimizer& /*optimizer*/) override {}
+  void copy_to_model() override {}
+};
+
+// Casts the floating-point tensors only, as PyTorch's module.half() does: Module::to(dtype)
+// would also turn integer buffers (BatchNorm's num_batches_tracked) into half.
+torch::nn::Module& cast_floating(torch::nn::Module& model, torch::Dtype dtype) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) {
+    if (p.is_floating_point()) p.set_data(p.to(dtype));
+  }
+  for (auto& b : model.buffers()) {
+    if (b.is_floating_point()) b.set_data(b.to(dtype));
+  }
+  return model;
+}
+
+// bf16 (and fp16's base): a half-width model, fp32 master copies that the optimizer steps.
+class MasterCopies : public Precision {
+ public:
+  MasterCopies(torch::nn::Module& model, torch::Dtype dtype, const char* name)
+      : Precision(cast_floating(model, dtype)), name_(name) {
     torch::NoGradGuard no_grad;
-    for (auto& p : model.parameters()) {
-      if (p.is_floating_point()) p.set_data(p.to(dtype));
-    }
-    for (auto& b : model.buffers()) {
-      if (b.is_floating_point()) b.set_data(b.to(dtype));
+    master_.clear();
+    for (const auto& p : model_) {
+      master_.push_back(p.detach().to(torch::kFloat).clone().requires_grad_(true));
     }
   }
+  const char* name() const override { return name_; }
+  bool has_masters() const override { return true; }
+
+  void check_optimizer_source(bool client_optimizer) const override {
+    STEPWISE_CHECK(!client_optimizer, ConfigError, "a client optimizer cannot be combined with ",
+                   name_,
+                   ".enabled: the engine must build the optimizer over its fp32 master weights; "
+                   "use the config's \"optimizer\" section instead");
+  }
+
+  void attach(torch::optim::Optimizer& optimizer) override {
+    // NOTE: [fused write-back] an optimizer that WritesModelCopies (a FusedAdamW) writes
+    // the rounded new weights into the half/bf16 model in the same pass as the update;
+    // copy_to_model() then has nothing left to do.
+    auto* writer = dynamic_cast<WritesModelCopies*>(&optimizer);
+    if (writer == nullptr) return;
+    std::vector<torch::Tensor> copies;
+    for (const auto& p : model_) copies.push_back(p.detach());
+    writer->set_model_copies(std::move(copies));
+    writes_back_ = true;
+  }
+
+  void copy_to_model() override {
+    if (writes_back_) return;
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < model_.size(); ++i) model_[i].detach().copy_(master_[i].detach());
+  }
+
+ private:
+  const char* name_;
+  bool writes_back_ = false;
+};
+
+// fp16: master copies, and the loss scaler that the backward loss is multiplied by.
+class Fp16 final : public MasterCopies {
+ public:
+  Fp16(torch::nn::Module& model, const LossScalerOptions& options)
+      : MasterCopies(model, torch::kHalf, "fp16"), scaler_(options) {}
+  double loss_scale() const override { return scaler_.scale(); }
+  const LossScaler* scaler() const override { return &scaler_; }
+  LossScaler* scaler() override { return &scaler_; }
+  // In fp32: (loss / GAS) * S could overflow half before the cast.
+  torch::Tensor scale_loss(const torch::Tensor& loss) const override {
+    return loss.to(torch::kFloat) * scaler_.scale();
+  }
+  void finish_boundary(bool overflow) override { scaler_.update(overflow); }
+
+ protected:
+  bool skips_overflow() const override { return true; }
+
+ private:
+  LossScaler scaler_;
+};
+
+}  // namespace
+
+std::unique_ptr<Precision> Precision::make(const PrecisionOptions& options,
+                                           torch::nn::Module& model) {
+  switch (options.mode()) {
+    case PrecisionMode::kFp16:
+      return std::make_unique<Fp16>(model, options.loss_scaler());
+    case PrecisionMode::kBf16:
+      return std::make_unique<MasterCopies>(model, torch::kBFloat16, "bf16");
+    case PrecisionMode::kFp32:
+      break;
+  }
+  return std::make_unique<Fp32>(model);
+}
+
+Precision::Precision(torch::nn::Module& model) {
   for (auto& p : model.parameters()) {
     if (p.requires_grad()) model_.push_back(p);
   }
   STEPWISE_CHECK(!model_.empty(), ConfigError,
                  "the model has no parameters that require grad; nothing to train");
-  if (mode_ == PrecisionMode::kFp32) {
-    master_ = model_;
-  } else {
-    torch::NoGradGuard no_grad;
-    for (const auto& p : model_) {
-      master_.push_back(p.detach().to(torch::kFloat).clone().requires_grad_(true));
-    }
-  }
-  if (mode_ == PrecisionMode::kFp16) scaler_.emplace(options.loss_scaler());
+  master_ = model_;
 }
 
 torch::Tensor Precision::scale_loss(const torch::Tensor& loss) const {
-  // In fp32: (loss / GAS) * S could overflow half before the cast.
-  auto fp32 = loss.to(torch::kFloat);
-  return scaler_ ? fp32 * scaler_->scale() : fp32;
+  return loss.to(torch::kFloat);
 }
 
 GradientStats Precision::unscale_and_check(double factor) {
@@ -62,16 +145,14 @@ GradientStats Precision::unscale_and_check(double factor) {
   // that overflows fp32 from finite gradients also counts as an fp16 overflow. fp32
   // and bf16 at a full boundary (coef 1) need neither the multiply nor the flag.
   torch::Tensor found_inf;
-  if (mode_ == PrecisionMode::kFp16 || coef != 1.0) {
-    found_inf = fused::unscale_and_check(grads, coef);
-  }
+  if (skips_overflow() || coef != 1.0) found_inf = fused::unscale_and_check(grads, coef);
   const auto norm = fused::global_norm(grads).reshape({1});
   const auto host =
       (found_inf.defined() ? torch::cat({norm, found_inf.reshape({1})}) : norm).to(torch::kCPU);
   GradientStats stats;
   stats.norm = host[0].item<double>();
-  stats.overflow = mode_ == PrecisionMode::kFp16 &&
-                   (host[1].item<float>() != 0.0f || !std::isfinite(stats.norm));
+  stats.overflow =
+      skips_overflow() && (host[1].item<float>() != 0.0f || !std::isfinite(stats.norm));
   return stats;
 }
 
@@ -95,36 +176,8 @@ GradientStats Precision::check_unscaled(double factor) {
   const double scaled = fused::global_norm(grads).item<double>();  // the one host sync
   GradientStats stats;
   stats.norm = scaled * grad_scale(factor);
-  stats.overflow = mode_ == PrecisionMode::kFp16 && !std::isfinite(stats.norm);
+  stats.overflow = skips_overflow() && !std::isfinite(stats.norm);
   return stats;
-}
-
-void Precision::check_optimizer_source(bool client_optimizer) const {
-  STEPWISE_CHECK(!client_optimizer || mode_ == PrecisionMode::kFp32, ConfigError,
-                 "a client optimizer cannot be combined with ",
-                 (mode_ == PrecisionMode::kFp16 ? "fp16" : "bf16"),
-                 ".enabled: the engine must build the optimizer over its fp32 master weights; "
-                 "use the config's \"optimizer\" section instead");
-}
-
-void Precision::attach(torch::optim::Optimizer& optimizer) {
-  // NOTE: [fused write-back] an optimizer that WritesModelCopies (a FusedAdamW) writes
-  // the rounded new weights into the half/bf16 model in the same pass as the update;
-  // copy_to_model() then has nothing left to do.
-  auto* writer = dynamic_cast<WritesModelCopies*>(&optimizer);
-  if (mode_ == PrecisionMode::kFp32 || writer == nullptr) return;
-  std::vector<torch::Tensor> copies;
-  for (const auto& p : model_) copies.push_back(p.detach());
-  writer->set_model_copies(std::move(copies));
-  writes_back_ = true;
-}
-
-void Precision::copy_to_model() {
-  if (mode_ == PrecisionMode::kFp32 || writes_back_) return;
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < model_.size(); ++i) {
-    model_[i].detach().copy_(master_[i].detach());
-  }
 }
 
 void Precision::zero_grads() {
@@ -132,10 +185,6 @@ void Precision::zero_grads() {
     model_[i].mutable_grad() = torch::Tensor();
     master_[i].mutable_grad() = torch::Tensor();
   }
-}
-
-void Precision::finish_boundary(bool overflow) {
-  if (scaler_) scaler_->update(overflow);
 }
 
 }  // namespace stepwise

@@ -1,20 +1,21 @@
-// stepwise (internal): the engine's precision policy: fp32, fp16 with loss scaling, or
-// bf16 (its options are include/stepwise/precision.h's PrecisionOptions).
+// stepwise (internal): the engine's precision policy, one type per arithmetic behind one
+// interface: fp32, bf16 (fp32 master copies) and fp16 (master copies and the loss scaler).
+// Its options are include/stepwise/precision.h's PrecisionOptions.
 //
 // How the engine uses it:
 //
-//   stepwise::Precision
-//   precision(stepwise::PrecisionOptions().mode(stepwise::PrecisionMode::kBf16),
-//                                 *model);          // casts the model to bf16
+//   auto precision = stepwise::Precision::make(
+//       stepwise::PrecisionOptions().mode(stepwise::PrecisionMode::kBf16),
+//       *model);                                    // casts the model to bf16
 //   auto optimizer = stepwise::make_optimizer(stepwise::OptimizerOptions("AdamW"),
-//                                             precision.optimizer_params());  // fp32 masters
-//   precision.attach(*optimizer);                   // a FusedAdamW writes the model too
+//                                             precision->optimizer_params());  // fp32 masters
+//   precision->attach(*optimizer);                  // a FusedAdamW writes the model too
 //   auto out = model->forward(batches[0].first.to(torch::kBFloat16)).to(torch::kFloat);
 //   auto loss = torch::mse_loss(out, batches[0].second);
-//   precision.scale_loss(loss / 4).backward();      // * S for fp16
-//   auto stats = precision.unscale_and_check(1.0);  // master grads, norm, overflow
-//   if (!stats.overflow) { optimizer->step(); precision.copy_to_model(); }
-//   precision.finish_boundary(stats.overflow);      // loss-scale bookkeeping
+//   precision->scale_loss(loss / 4).backward();     // * S for fp16
+//   auto stats = precision->unscale_and_check(1.0); // master grads, norm, overflow
+//   if (!stats.overflow) { optimizer->step(); precision->copy_to_model(); }
+//   precision->finish_boundary(stats.overflow);     // loss-scale bookkeeping
 //
 #pragma once
 
@@ -24,7 +25,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
-#include <optional>
+#include <memory>
 #include <vector>
 
 namespace stepwise {
@@ -37,15 +38,21 @@ struct GradientStats {
   bool overflow = false;
 };
 
-/// The precision policy of an engine: one object, no precision branches in Engine.
+/// The precision policy of an engine: the Engine holds one and never asks which.
 class Precision {
  public:
   /// Casts `model` (its floating-point parameters and buffers) to options.mode() and
-  /// makes fp32 master copies of its trainable parameters; fp16 builds the loss scaler.
-  Precision(const PrecisionOptions& options, torch::nn::Module& model);
+  /// builds that mode's policy: fp32 trains the parameters themselves; bf16 and fp16
+  /// make fp32 master copies of the trainable parameters; fp16 adds the loss scaler.
+  static std::unique_ptr<Precision> make(const PrecisionOptions& options, torch::nn::Module& model);
+  virtual ~Precision() = default;
+  Precision(const Precision&) = delete;
+  Precision& operator=(const Precision&) = delete;
 
-  /// The mode in use.
-  PrecisionMode mode() const { return mode_; }
+  /// "fp32", "fp16" or "bf16": what a checkpoint records.
+  virtual const char* name() const = 0;
+  /// Whether optimizer_params() are fp32 copies (bf16, fp16) rather than the model's own.
+  virtual bool has_masters() const = 0;
   /// The parameters the optimizer must update (fp32 masters, or the model's own in fp32).
   const std::vector<torch::Tensor>& optimizer_params() const { return master_; }
   /// The model's trainable parameters (half or bf16 in those modes); their
@@ -54,14 +61,14 @@ class Precision {
   /// The same, read-only.
   const std::vector<torch::Tensor>& model_params() const { return model_; }
   /// The current loss scale S (1 unless fp16).
-  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  virtual double loss_scale() const { return 1.0; }
   /// The scaler (fp16 only), else null.
-  const LossScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+  virtual const LossScaler* scaler() const { return nullptr; }
   /// The scaler (fp16 only), else null; a checkpoint restores it.
-  LossScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
+  virtual LossScaler* scaler() { return nullptr; }
 
   /// What to call backward() on: the loss as fp32, times S for fp16.
-  torch::Tensor scale_loss(const torch::Tensor& loss) const;
+  virtual torch::Tensor scale_loss(const torch::Tensor& loss) const;
   /// Moves the model's gradients to the masters, multiplies them by factor / S,
   /// and computes the norm and the overflow flag with one host sync.
   GradientStats unscale_and_check(double factor);
@@ -74,25 +81,29 @@ class Precision {
   double grad_scale(double factor) const { return factor / loss_scale(); }
   /// Throws ConfigError when `client_optimizer` (the user built the optimizer) in
   /// fp16/bf16: the optimizer must update the fp32 masters, which only the engine holds.
-  void check_optimizer_source(bool client_optimizer) const;
+  virtual void check_optimizer_source(bool client_optimizer) const = 0;
   /// Lets an optimizer over optimizer_params() that WritesModelCopies (a FusedAdamW)
   /// write the model's half/bf16 weights in its update (see NOTE: [fused write-back]);
-  /// other optimizers are left alone.
-  void attach(torch::optim::Optimizer& optimizer);
+  /// other optimizers, and every optimizer in fp32, are left alone.
+  virtual void attach(torch::optim::Optimizer& optimizer) = 0;
   /// Copies the masters back into the model's parameters (after an applied step); a
-  /// no-op when an attached optimizer already did.
-  void copy_to_model();
+  /// no-op in fp32 and when an attached optimizer already did.
+  virtual void copy_to_model() = 0;
   /// Sets every gradient (model and masters) to none.
   void zero_grads();
-  /// Loss-scale bookkeeping at the end of a boundary (see NOTE: [loss scale rule]).
-  void finish_boundary(bool overflow);
+  /// Loss-scale bookkeeping at the end of a boundary (see NOTE: [loss scale rule]);
+  /// nothing to do but in fp16.
+  virtual void finish_boundary(bool /*overflow*/) {}
 
- private:
-  PrecisionMode mode_;
+ protected:
+  /// Takes `model`'s trainable parameters (ConfigError if there are none) as both the
+  /// model's and the optimizer's; a policy with masters replaces master_.
+  explicit Precision(torch::nn::Module& model);
+  /// Whether an inf or nan gradient skips the step (fp16 only).
+  virtual bool skips_overflow() const { return false; }
+
   std::vector<torch::Tensor> model_;
   std::vector<torch::Tensor> master_;
-  std::optional<LossScaler> scaler_;
-  bool writes_back_ = false;
 };
 
 }  // namespace stepwise
