@@ -1,7 +1,9 @@
 #include <stepwise/config.h>
 #include <stepwise/errors.h>
 
+#include "auto_values.h"
 #include "check.h"
+#include "deepspeed_features.h"
 #include "json_reader.h"
 #include "lr_schedules_detail.h"
 #include "optimizers_detail.h"
@@ -10,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <fstream>
@@ -23,41 +26,6 @@ using detail::show;
 
 namespace {
 
-// DeepSpeed keys that stepwise knows but does not implement: an error names them
-// instead of an "unknown key" message, so the user knows it is a feature gap.
-const std::vector<std::string>& unsupported_deepspeed_keys() {
-  static const std::vector<std::string> keys = {"amp",
-                                                "activation_checkpointing",
-                                                "aio",
-                                                "autotuning",
-                                                "comms_logger",
-                                                "communication_data_type",
-                                                "compression_training",
-                                                "curriculum_learning",
-                                                "data_efficiency",
-                                                "data_types",
-                                                "disable_allgather",
-                                                "dump_state",
-                                                "elasticity",
-                                                "flops_profiler",
-                                                "fp32_allreduce",
-                                                "gradient_predivide_factor",
-                                                "memory_breakdown",
-                                                "pipeline",
-                                                "prescale_gradients",
-                                                "sparse_attention",
-                                                "sparse_gradients",
-                                                "tensorboard",
-                                                "wandb",
-                                                "csv_monitor",
-                                                "zero_allow_untested_optimizer",
-                                                "zero_force_ds_cpu_optimizer",
-                                                "seq_parallel_size",
-                                                "tensor_parallel",
-                                                "monitor_config"};
-  return keys;
-}
-
 // Runs `check` (an options validator) and rethrows its error about one option with
 // that option's JSON path in place of its name. see NOTE: [option errors]
 template <class Check, class PathOf>
@@ -70,7 +38,7 @@ void at_path(Check&& check, PathOf&& path_of) {
   }
 }
 
-OptimizerOptions parse_optimizer(ObjectReader r) {
+OptimizerOptions parse_optimizer(ObjectReader r, std::vector<std::string>& notes) {
   OptimizerOptions out;
   r.require("type", out.type(),
             "optimizer.type is missing; use one of: " + join(supported_optimizer_types()));
@@ -93,7 +61,9 @@ OptimizerOptions parse_optimizer(ObjectReader r) {
     p.get("adam_w_mode", out.adam_w_mode());
     p.get("amsgrad", out.amsgrad());
     p.get("torch_adam", out.torch_adam());
+    detail::read_features(p, "optimizer.params (Adam, AdamW)", notes);
   }
+  detail::read_features(p, "optimizer.params", notes);
   r.finish();
   at_path([&] { validate(out); },
           [](const std::string& option) {
@@ -157,12 +127,16 @@ void read_params(ObjectReader& p, LRRangeTestOptions& o) {
   p.get("lr_range_test_staircase", o.lr_range_test_staircase());
 }
 
-ScheduleOptions parse_scheduler(ObjectReader r) {
+ScheduleOptions parse_scheduler(ObjectReader r, std::vector<std::string>& notes) {
   std::string type;
   r.require("type", type,
             "scheduler.type is missing; use one of: " + join(supported_scheduler_types()));
   ScheduleOptions out = default_schedule_options(type, "scheduler.type");
   auto p = r.object_or_empty("params");
+  detail::read_features(p, "scheduler.params", notes);
+  if (std::holds_alternative<OneCycleOptions>(out)) {
+    detail::read_features(p, "scheduler.params (OneCycle)", notes);
+  }
   std::visit([&](auto& options) { read_params(p, options); }, out);
   r.finish();
   p.finish();
@@ -173,7 +147,7 @@ ScheduleOptions parse_scheduler(ObjectReader r) {
 
 // DeepSpeed's "fp16" keys, mapped onto the loss scaler's options: a loss_scale > 0 is a
 // static scale, 0 a dynamic one starting at 2^initial_scale_power.
-LossScalerOptions parse_fp16(ObjectReader r, bool& enabled) {
+LossScalerOptions parse_fp16(ObjectReader r, bool& enabled, std::vector<std::string>& notes) {
   double loss_scale = 0.0;
   int64_t initial_scale_power = 16;
   LossScalerOptions out;
@@ -184,6 +158,7 @@ LossScalerOptions parse_fp16(ObjectReader r, bool& enabled) {
   r.get("hysteresis", out.hysteresis());
   r.get("consecutive_hysteresis", out.consecutive_hysteresis());
   r.get("min_loss_scale", out.min_scale());
+  detail::read_features(r, "fp16", notes);
   r.finish();
   detail::check_in_range("fp16.loss_scale", loss_scale, 0.0, detail::kFloatMax);
   STEPWISE_CHECK(initial_scale_power >= 0 && initial_scale_power <= 64, ConfigError,
@@ -204,17 +179,45 @@ LossScalerOptions parse_fp16(ObjectReader r, bool& enabled) {
   return out;
 }
 
+// NOTE: [ZeRO keys at stage 0] DeepSpeed accepts every DeepSpeedZeroConfig key at any
+// stage and reads them only at stages 1-3: at stage 0 they are accepted, with one note
+// that names them. An unknown key is refused, as DeepSpeed's config model forbids extras.
 void parse_zero(ObjectReader r, Config& out) {
   r.get("stage", out.zero_stage);
+  std::vector<std::string> unused;
+  for (const auto& key : detail::deepspeed_zero_keys()) {
+    if (key == "stage" || !r.json().contains(key)) continue;
+    r.claim(key);
+    unused.push_back(key);
+  }
   r.finish();
   STEPWISE_CHECK(out.zero_stage == 0, ConfigError, "zero_optimization.stage ", out.zero_stage,
                  " is not supported (ZeRO is not implemented); use stage 0 or remove the "
                  "zero_optimization section");
+  if (!unused.empty()) {
+    out.notes.push_back(
+        c10::str("zero_optimization keys with no effect at stage 0 (DeepSpeed "
+                 "reads them only at stages 1-3): ",
+                 join(unused)));
+  }
 }
 
-void parse_checkpoint(ObjectReader r, CheckpointOptions& out) {
+// DeepSpeed's older form, "zero_optimization": true or false, read as DeepSpeed reads it
+// (read_zero_config_deprecated): stage 1 or 0, with its deprecation warning as a note.
+void parse_zero_legacy(bool enabled, Config& out) {
+  out.notes.push_back(c10::str("\"zero_optimization\": ", enabled ? "true" : "false",
+                               " is DeepSpeed's deprecated form of {\"stage\": ", enabled ? 1 : 0,
+                               "}; write that instead"));
+  out.zero_stage = enabled ? 1 : 0;
+  STEPWISE_CHECK(!enabled, ConfigError,
+                 "\"zero_optimization\": true means ZeRO stage 1, which is not supported "
+                 "(ZeRO is not implemented); use false or remove the key");
+}
+
+void parse_checkpoint(ObjectReader r, CheckpointOptions& out, std::vector<std::string>& notes) {
   std::string mode = "Warn";
   r.get("tag_validation", mode);
+  detail::read_features(r, "checkpoint", notes);
   r.finish();
   std::string upper = mode;
   for (auto& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -239,43 +242,103 @@ void parse_stepwise(ObjectReader r, Config& out) {
   detail::check_positive("stepwise.reduce_bucket_size", out.reducer.bucket_size());
 }
 
+void parse_bf16(ObjectReader r, bool& enabled, std::vector<std::string>& notes) {
+  r.get("enabled", enabled);
+  detail::read_features(r, "bf16", notes);
+  r.finish();
+}
+
+// The batch sizes. HF's "auto" left unfilled in one of them is derived from the other two
+// and the world size (resolve_batch_sizes), as HF computes train_batch_size; an "auto"
+// that the others do not determine is a problem that names the AutoValues field.
+void read_batch_sizes(ObjectReader& r, Config& out) {
+  const std::array<const char*, 3> keys = {"train_batch_size", "train_micro_batch_size_per_gpu",
+                                           "gradient_accumulation_steps"};
+  const std::array<std::optional<int64_t>*, 3> fields = {
+      &out.train_batch_size, &out.train_micro_batch_size_per_gpu, &out.gradient_accumulation_steps};
+  std::vector<size_t> autos;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (r.json().contains(keys[i]) && r.json().at(keys[i]) == "auto") {
+      r.claim(keys[i]);
+      autos.push_back(i);
+    } else {
+      r.get(keys[i], *fields[i]);
+    }
+  }
+  if (autos.size() != 1) {
+    for (size_t i : autos) {
+      const std::string field = detail::auto_field(keys[i]);
+      r.problems()->guard([&] {
+        throw ConfigError(c10::str(
+            keys[i],
+            " is \"auto\", HF Trainer's placeholder, and the other batch sizes do not "
+            "determine it: ",
+            field.empty() ? "" : "fill it with AutoValues' " + field + ", or ", "write the value"));
+      });
+    }
+  }
+}
+
 }  // namespace
 
-Config Config::from_json(const nlohmann::json& json) {
-  ObjectReader r(json, "");
-  for (const auto& key : unsupported_deepspeed_keys()) {
-    STEPWISE_CHECK(!json.contains(key), ConfigError, "\"", key,
-                   "\" is a DeepSpeed feature stepwise does not support; remove the key (its "
-                   "value was ",
-                   show(json.at(key)), ")");
-  }
+Config Config::from_json(const nlohmann::json& given, const AutoValues& auto_values) {
+  const nlohmann::json json = detail::fill_auto(given, auto_values);
+  detail::Problems problems;
+  ObjectReader r(json, "", &problems);
   Config out;
-  r.get("train_batch_size", out.train_batch_size);
-  r.get("train_micro_batch_size_per_gpu", out.train_micro_batch_size_per_gpu);
-  r.get("gradient_accumulation_steps", out.gradient_accumulation_steps);
+  auto& notes = out.notes;
+  read_batch_sizes(r, out);
   r.get("gradient_clipping", out.gradient_clipping);
-  detail::check_in_range("gradient_clipping", out.gradient_clipping, 0.0, detail::kFloatMax);
+  problems.guard([&] {
+    detail::check_in_range("gradient_clipping", out.gradient_clipping, 0.0, detail::kFloatMax);
+  });
   r.get("steps_per_print", out.steps_per_print);
-  detail::check_positive("steps_per_print", out.steps_per_print);
+  problems.guard([&] { detail::check_positive("steps_per_print", out.steps_per_print); });
   r.get("wall_clock_breakdown", out.wall_clock_breakdown);
-  if (auto o = r.object("optimizer")) out.optimizer = parse_optimizer(*o);
-  if (auto o = r.object("scheduler")) out.scheduler = parse_scheduler(*o);
+  problems.guard([&] {
+    if (auto o = r.object("optimizer")) out.optimizer = parse_optimizer(*o, notes);
+  });
+  problems.guard([&] {
+    if (auto o = r.object("scheduler")) out.scheduler = parse_scheduler(*o, notes);
+  });
   bool fp16 = false;
   bool bf16 = false;
-  if (auto o = r.object("fp16")) out.precision.loss_scaler(parse_fp16(*o, fp16));
-  if (auto o = r.object("bf16")) {
-    o->get("enabled", bf16);
-    o->finish();
-  }
-  STEPWISE_CHECK(!(fp16 && bf16), ConfigError,
-                 "fp16.enabled and bf16.enabled are both true; enable at most one");
+  problems.guard([&] {
+    if (auto o = r.object("fp16")) out.precision.loss_scaler(parse_fp16(*o, fp16, notes));
+  });
+  problems.guard([&] {
+    if (auto o = r.object("bf16")) {
+      parse_bf16(*o, bf16, notes);
+    } else if (json.contains("bfloat16")) {  // DeepSpeed's older name, which it still reads
+      r.claim("bfloat16");
+      notes.push_back("\"bfloat16\" is DeepSpeed's older name of \"bf16\", read as \"bf16\"");
+      parse_bf16(ObjectReader(json.at("bfloat16"), "bfloat16", &problems), bf16, notes);
+    }
+  });
+  problems.guard([&] {
+    STEPWISE_CHECK(!(fp16 && bf16), ConfigError,
+                   "fp16.enabled and bf16.enabled are both true; enable at most one");
+  });
   out.precision.mode(fp16   ? PrecisionMode::kFp16
                      : bf16 ? PrecisionMode::kBf16
                             : PrecisionMode::kFp32);
-  if (auto o = r.object("zero_optimization")) parse_zero(*o, out);
-  if (auto o = r.object("stepwise")) parse_stepwise(*o, out);
-  if (auto o = r.object("checkpoint")) parse_checkpoint(*o, out.checkpoint);
+  problems.guard([&] {
+    if (json.contains("zero_optimization") && json.at("zero_optimization").is_boolean()) {
+      r.claim("zero_optimization");
+      parse_zero_legacy(json.at("zero_optimization").get<bool>(), out);
+    } else if (auto o = r.object("zero_optimization")) {
+      parse_zero(*o, out);
+    }
+  });
+  problems.guard([&] {
+    if (auto o = r.object("stepwise")) parse_stepwise(*o, out);
+  });
+  problems.guard([&] {
+    if (auto o = r.object("checkpoint")) parse_checkpoint(*o, out.checkpoint, notes);
+  });
+  detail::read_features(r, "", notes);
   r.finish();
+  problems.throw_if_any();
   out.json_text = json.dump();
   return out;
 }
@@ -323,24 +386,24 @@ const std::vector<ConfigKey>& config_keys() {
   return keys;
 }
 
-Config Config::from_string(const std::string& json_text) {
+Config Config::from_string(const std::string& json_text, const AutoValues& auto_values) {
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::parse_error& e) {
     throw ConfigError(c10::str("the configuration is not valid JSON: ", e.what()));
   }
-  return from_json(json);
+  return from_json(json, auto_values);
 }
 
-Config Config::from_file(const std::string& path) {
+Config Config::from_file(const std::string& path, const AutoValues& auto_values) {
   std::ifstream in(path);
   STEPWISE_CHECK(in.good(), ConfigError, "cannot open the configuration file \"", path,
                  "\"; check the path (relative paths start at the working directory)");
   std::stringstream text;
   text << in.rdbuf();
   try {
-    return from_string(text.str());
+    return from_string(text.str(), auto_values);
   } catch (const ConfigError& e) {
     throw ConfigError(c10::str(path, ": ", e.what()));
   }

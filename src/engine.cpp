@@ -112,6 +112,10 @@ Engine::State::State(std::shared_ptr<torch::nn::Module> model, Config config,
   leftover_checks_ = std::make_unique<detail::LeftoverChecks>(
       config_.guard_rails, detail::trainable_names(*model_), precision_->model_params(),
       precision_->optimizer_params());
+  // What the config asks for that has no effect here: said once, by rank 0.
+  if (distributed::rank() == 0) {
+    for (const auto& note : config_.notes) std::cerr << "stepwise: note: " << note << "\n";
+  }
 }
 
 Engine::State::~State() = default;

@@ -2,6 +2,7 @@
 
 #include <stepwise/config.h>
 
+#include "auto_values.h"
 #include "check.h"
 #include "option_checks.h"
 
@@ -100,8 +101,22 @@ KeyRecording::KeyRecording(std::vector<ConfigKey>& keys) { recording = &keys; }
 
 KeyRecording::~KeyRecording() { recording = nullptr; }
 
-ObjectReader::ObjectReader(const nlohmann::json& json, std::string path)
-    : json_(json), path_(std::move(path)) {
+void Problems::add(std::exception_ptr error, std::string message) {
+  errors_.push_back(std::move(error));
+  messages_.push_back(std::move(message));
+}
+
+void Problems::throw_if_any() const {
+  if (errors_.empty()) return;
+  if (errors_.size() == 1) std::rethrow_exception(errors_.front());
+  std::string text =
+      c10::str(messages_.size(), " problems in the configuration (fix them all, then run again):");
+  for (size_t i = 0; i < messages_.size(); ++i) text += c10::str("\n  ", i + 1, ". ", messages_[i]);
+  throw ConfigError(text);
+}
+
+ObjectReader::ObjectReader(const nlohmann::json& json, std::string path, Problems* problems)
+    : json_(json), path_(std::move(path)), problems_(problems) {
   STEPWISE_CHECK(json_.is_object(), ConfigError, (path_.empty() ? "the configuration" : path_),
                  " must be a JSON object, got ", json_.type_name(), " ", show(json_));
 }
@@ -120,7 +135,27 @@ bool ObjectReader::read(const std::string& key, T& out, const std::string& defau
   const bool describe = recording != nullptr && default_text.empty();
   ask(key, type_of(&out), describe ? default_of(out) : default_text);
   if (!json_.contains(key)) return false;
-  convert(json_.at(key), out, path_of(key));
+  const auto& value = json_.at(key);
+  if (value.is_string() && value.get<std::string>() == "auto" && !std::is_same_v<T, std::string>) {
+    // see NOTE: [HF auto]
+    const std::string field = auto_field(path_of(key));
+    fail(ConfigError(c10::str(path_of(key), " is \"auto\", HF Trainer's placeholder: ",
+                              field.empty() ? "" : "fill it with AutoValues' " + field + ", or ",
+                              "write the value")));
+    return false;
+  }
+  if (problems_ == nullptr) {
+    convert(value, out, path_of(key));
+    return true;
+  }
+  T checked = out;
+  try {
+    convert(value, checked, path_of(key));
+  } catch (const ConfigError& e) {
+    problems_->add(std::current_exception(), e.what());
+    return false;
+  }
+  out = checked;
   return true;
 }
 
@@ -142,23 +177,33 @@ bool ObjectReader::get(const std::string& key, std::optional<bool>& out) {
   return read(key, out, "");
 }
 
+void ObjectReader::fail(const ConfigError& error) const {
+  if (problems_ == nullptr) throw error;
+  problems_->add(std::make_exception_ptr(error), error.what());
+}
+
 std::optional<ObjectReader> ObjectReader::object(const std::string& key) {
   ask(key, "object", "none");
   if (!json_.contains(key)) return std::nullopt;
-  return ObjectReader(json_.at(key), path_of(key));
+  return ObjectReader(json_.at(key), path_of(key), problems_);
 }
+
+void ObjectReader::claim(const std::string& key) { claimed_.push_back(key); }
 
 ObjectReader ObjectReader::object_or_empty(const std::string& key) {
   static const nlohmann::json kEmpty = nlohmann::json::object();
   auto child = object(key);
-  return child ? *child : ObjectReader(kEmpty, path_of(key));
+  return child ? *child : ObjectReader(kEmpty, path_of(key), problems_);
 }
 
 void ObjectReader::finish() const {
+  const auto known = [](const std::vector<std::string>& keys, const std::string& key) {
+    return std::find(keys.begin(), keys.end(), key) != keys.end();
+  };
   for (const auto& item : json_.items()) {
-    if (std::find(asked_.begin(), asked_.end(), item.key()) == asked_.end()) {
-      throw ConfigError(c10::str("unknown key ", path_of(item.key()), " (value ",
-                                 show(item.value()), "); valid keys here are: ", join(asked_)));
+    if (!known(asked_, item.key()) && !known(claimed_, item.key())) {
+      fail(ConfigError(c10::str("unknown key ", path_of(item.key()), " (value ", show(item.value()),
+                                "); valid keys here are: ", join(asked_))));
     }
   }
 }

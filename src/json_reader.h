@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,12 +48,41 @@ class KeyRecording {
   KeyRecording& operator=(const KeyRecording&) = delete;
 };
 
-/// Reads keys of one JSON object. A key present but never asked for is a
+/// NOTE: [every problem at once] The problems of one configuration, gathered so that
+/// one ConfigError lists them all: a user fixes a file in one pass, not one key a run.
+/// A value of the wrong type and an unknown key are recorded where they are read, and
+/// parsing goes on with the default; a check that throws is caught by guard(), which
+/// abandons the rest of that step only.
+class Problems {
+ public:
+  /// Records `error` (a ConfigError).
+  void add(std::exception_ptr error, std::string message);
+  /// Runs `step`; a ConfigError it throws is recorded instead of propagating.
+  template <class Step>
+  void guard(Step&& step) {
+    try {
+      step();
+    } catch (const ConfigError& e) {
+      add(std::current_exception(), e.what());
+    }
+  }
+  /// Throws nothing if no problem was recorded; the one error as it was if one was;
+  /// else one ConfigError listing all of them, numbered, in the order found.
+  void throw_if_any() const;
+
+ private:
+  std::vector<std::exception_ptr> errors_;
+  std::vector<std::string> messages_;
+};
+
+/// Reads keys of one JSON object. A key present but never asked for (or claimed) is a
 /// ConfigError at finish(), so an unknown key can never be ignored.
 class ObjectReader {
  public:
-  /// Throws ConfigError if `json` is not an object.
-  ObjectReader(const nlohmann::json& json, std::string path);
+  /// Throws ConfigError if `json` is not an object. With `problems`, a wrong type and
+  /// the unknown keys are recorded there (and in the objects read from this one)
+  /// instead of thrown.
+  ObjectReader(const nlohmann::json& json, std::string path, Problems* problems = nullptr);
 
   /// Path of `key` inside this object.
   std::string path_of(const std::string& key) const;
@@ -74,20 +104,31 @@ class ObjectReader {
     return read(key, out, "required");
   }
   /// Reads a key that must be present; throws ConfigError(`missing`) if it is not.
+  /// A key present with a bad value is not also called missing: that problem is recorded.
   template <class T>
   void require(const std::string& key, T& out, const std::string& missing) {
-    STEPWISE_CHECK(get_required(key, out), ConfigError, missing);
+    STEPWISE_CHECK(get_required(key, out) || (problems_ != nullptr && json_.contains(key)),
+                   ConfigError, missing);
   }
   /// The object under `key`, if present.
   std::optional<ObjectReader> object(const std::string& key);
   /// The object under `key`, or an empty one.
   ObjectReader object_or_empty(const std::string& key);
+  /// Marks `key` as handled elsewhere (a DeepSpeed feature read by its own rules):
+  /// finish() accepts it, and it is not listed among this object's keys.
+  void claim(const std::string& key);
+  /// The JSON object read.
+  const nlohmann::json& json() const { return json_; }
+  /// Where problems go (null: thrown).
+  Problems* problems() const { return problems_; }
 
-  /// Throws ConfigError for the first key present but not asked for, listing
-  /// the keys asked for as the valid ones.
+  /// A ConfigError (recorded, with problems()) for each key present but not asked for
+  /// or claimed, listing the keys asked for as the valid ones.
   void finish() const;
 
  private:
+  // Throws `error`, or records it in problems_.
+  void fail(const ConfigError& error) const;
   // Records `key` as asked for, with its type and default text.
   void ask(const std::string& key, const char* type, const std::string& default_text);
   template <class T>
@@ -95,7 +136,9 @@ class ObjectReader {
 
   const nlohmann::json& json_;
   std::string path_;
+  Problems* problems_;
   std::vector<std::string> asked_;
+  std::vector<std::string> claimed_;
 };
 
 }  // namespace stepwise::detail

@@ -15,8 +15,9 @@ LossScaler::LossScaler(const LossScalerOptions& options)
   using detail::LowerBound;
   detail::check_in_range("init_scale", options.init_scale(), 0.0, detail::kFloatMax,
                          LowerBound::kOpen);
-  detail::check_in_range("min_scale", options.min_scale(), 0.0, detail::kFloatMax,
-                         LowerBound::kOpen);
+  // 0 is DeepSpeed's "no floor" (it accepts fp16.min_loss_scale 0); update() then stops
+  // where halving would leave no scale at all.
+  detail::check_in_range("min_scale", options.min_scale(), 0.0, detail::kFloatMax);
   detail::check_positive("scale_window", options.scale_window());
   detail::check_positive("hysteresis", options.hysteresis());
   STEPWISE_CHECK_OPTION(!options.dynamic() || options.min_scale() <= options.init_scale(),
@@ -31,7 +32,7 @@ void LossScaler::update(bool overflow) {
   }
   if (overflow) {
     if (hysteresis_left_ <= 1) {
-      if (scale_ <= options_.min_scale()) {
+      if (scale_ <= options_.min_scale() || scale_ / 2.0 == 0.0) {
         throw TrainingError(c10::str(
             "fp16 loss scale is already at its minimum (", options_.min_scale(),
             ") and the gradients overflowed again at boundary ", iteration_,

@@ -12,10 +12,12 @@
 //   stepwise::BatchSizes sizes = config.resolve_batch_sizes(/*world_size=*/1);
 //   // sizes.micro_batch == 8: derived from train_batch_size / GAS
 //
-// A user's ds_config.json works unchanged where it only uses supported keys.
-// Unknown keys, wrong types, unsupported DeepSpeed features and inconsistent
-// batch sizes are ConfigErrors naming the JSON path, the value and the fix:
-// nothing is silently ignored.
+// A user's ds_config.json works unchanged where it only uses supported keys, or
+// DeepSpeed features that are off or that do not change the numbers (those are listed
+// in `notes`). Unknown keys, wrong types and unsupported DeepSpeed features turned on
+// are ConfigErrors naming the JSON path, the value and the fix, all of a file's problems
+// in one error; inconsistent batch sizes are named at initialize. Nothing is silently
+// ignored.
 #pragma once
 
 #include <stepwise/accumulation.h>
@@ -26,6 +28,7 @@
 #include <stepwise/optimizers.h>
 #include <stepwise/precision.h>
 
+#include <torch/arg.h>
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
@@ -52,6 +55,36 @@ struct BatchSizes {
   int64_t gradient_accumulation_steps = 0;
   /// Data-parallel ranks (W).
   int64_t world_size = 1;
+};
+
+/// The values that fill HF's `"auto"` placeholders, named after HF's TrainingArguments,
+/// with the meaning the HF Trainer gives each (transformers' integrations/deepspeed.py,
+/// HfTrainerDeepSpeedConfig): see docs/config.md, "HF's auto". Unset fields fill nothing.
+struct AutoValues {
+  /// train_micro_batch_size_per_gpu.
+  TORCH_ARG(std::optional<int64_t>, per_device_train_batch_size) = std::nullopt;
+  /// gradient_accumulation_steps.
+  TORCH_ARG(std::optional<int64_t>, gradient_accumulation_steps) = std::nullopt;
+  /// gradient_clipping.
+  TORCH_ARG(std::optional<double>, max_grad_norm) = std::nullopt;
+  /// optimizer.params.lr and scheduler.params.warmup_max_lr.
+  TORCH_ARG(std::optional<double>, learning_rate) = std::nullopt;
+  /// optimizer.params.betas[0].
+  TORCH_ARG(std::optional<double>, adam_beta1) = std::nullopt;
+  /// optimizer.params.betas[1].
+  TORCH_ARG(std::optional<double>, adam_beta2) = std::nullopt;
+  /// optimizer.params.eps.
+  TORCH_ARG(std::optional<double>, adam_epsilon) = std::nullopt;
+  /// optimizer.params.weight_decay.
+  TORCH_ARG(std::optional<double>, weight_decay) = std::nullopt;
+  /// scheduler.params.warmup_num_steps (HF: args.get_warmup_steps(num_training_steps)).
+  TORCH_ARG(std::optional<int64_t>, warmup_steps) = std::nullopt;
+  /// scheduler.params.total_num_steps (HF: the number of optimizer steps it will run).
+  TORCH_ARG(std::optional<int64_t>, num_training_steps) = std::nullopt;
+  /// fp16.enabled (HF: --fp16).
+  TORCH_ARG(std::optional<bool>, fp16) = std::nullopt;
+  /// bf16.enabled (HF: --bf16).
+  TORCH_ARG(std::optional<bool>, bf16) = std::nullopt;
 };
 
 /// A whole configuration: DeepSpeed's keys mapped onto the components' options.
@@ -86,16 +119,22 @@ struct Config {
   CheckpointOptions checkpoint;
   /// zero_optimization.stage: only 0 is supported.
   int64_t zero_stage = 0;
+  /// What the file asks for that has no effect in stepwise (DeepSpeed keys turned on
+  /// that only observe or arrange, ZeRO keys at stage 0): one line each, which
+  /// stepwise::initialize prints once, on rank 0. Nothing is silently ignored.
+  std::vector<std::string> notes;
   /// The JSON this config was parsed from (compact), which checkpoints save with the
   /// batch sizes resolved; empty for a Config built in C++ (then they save only those).
   std::string json_text;
 
-  /// Parses a JSON text. Throws ConfigError on any problem.
-  static Config from_string(const std::string& json_text);
+  /// Parses a JSON text. Throws ConfigError on any problem. `auto_values` fill HF's
+  /// `"auto"` placeholders; an `"auto"` left unfilled is a problem naming the field,
+  /// except in a batch size that the other two determine.
+  static Config from_string(const std::string& json_text, const AutoValues& auto_values = {});
   /// Reads and parses a JSON file (a ds_config.json).
-  static Config from_file(const std::string& path);
+  static Config from_file(const std::string& path, const AutoValues& auto_values = {});
   /// Parses an already-parsed JSON object.
-  static Config from_json(const nlohmann::json& json);
+  static Config from_json(const nlohmann::json& json, const AutoValues& auto_values = {});
 
   /// Resolves the three batch sizes with `world_size` data-parallel ranks.
   /// Throws ConfigError naming the values when they are missing or inconsistent.

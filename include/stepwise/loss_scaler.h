@@ -9,7 +9,8 @@
 //
 // NOTE: [loss scale rule] Dynamic scaling (DeepSpeed's DynamicLossScaler): on an
 // overflow, if the hysteresis budget is 1 or less the scale becomes
-// max(scale / 2, min_scale) (and an overflow at min_scale is an error), else
+// max(scale / 2, min_scale) (and an overflow at min_scale is an error; min_scale 0 is
+// no floor, and an overflow where halving would leave no scale is the error), else
 // the budget shrinks by one. On a good step, when (iteration -
 // last_overflow_iteration) % window == 0 the scale doubles and the budget is
 // refilled; with consecutive_hysteresis the budget is refilled on every good
@@ -35,7 +36,7 @@ struct LossScalerOptions {
   TORCH_ARG(int64_t, hysteresis) = 2;
   /// Refill the hysteresis budget on every good step.
   TORCH_ARG(bool, consecutive_hysteresis) = false;
-  /// The scale never goes below this (fp16.min_loss_scale).
+  /// The scale never goes below this (fp16.min_loss_scale; 0: no floor, as DeepSpeed).
   TORCH_ARG(double, min_scale) = 1.0;
 };
 

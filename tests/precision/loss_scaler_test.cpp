@@ -108,7 +108,7 @@ TEST(LossScaler, InvalidOptionsAreConfigErrors) {
   EXPECT_EQ(error(LossScalerOptions().init_scale(1e39)),
             "init_scale must be a finite number in (0, 3.40282e+38], got 1e+39");
   EXPECT_EQ(error(LossScalerOptions().min_scale(-1)),
-            "min_scale must be a finite number in (0, 3.40282e+38], got -1");
+            "min_scale must be a finite number in [0, 3.40282e+38], got -1");
 }
 
 }  // namespace

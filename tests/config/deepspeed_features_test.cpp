@@ -1,0 +1,196 @@
+// DeepSpeed's features that stepwise does not implement: accepted when off, noted when
+// they do not change the numbers, refused by name when they would; every problem of a
+// file in one error; HF's "auto" (NOTE: [off means off], NOTE: [every problem at once]).
+#include <stepwise/config.h>
+#include <stepwise/errors.h>
+#include <stepwise/loss_scaler.h>
+
+#include <gtest/gtest.h>
+
+#include "support/error_of.h"
+
+namespace stepwise {
+namespace {
+
+std::string refusal_of(const std::string& json) {
+  return testing::error_of<ConfigError>([&] { Config::from_string(json); });
+}
+
+TEST(DeepSpeedFeatures, WhatIsOffOrAtDeepSpeedsDefaultIsAcceptedWithoutANote) {
+  const auto config = Config::from_string(R"({
+    "train_batch_size": 8,
+    "prescale_gradients": false, "gradient_predivide_factor": 1.0,
+    "zero_allow_untested_optimizer": false, "zero_force_ds_cpu_optimizer": true,
+    "wall_clock_breakdown": false, "memory_breakdown": false, "dump_state": false,
+    "sparse_gradients": false, "fp32_allreduce": false, "communication_data_type": null,
+    "comms_logger": {"enabled": false, "verbose": false},
+    "tensorboard": {"enabled": false, "output_path": "tb/"},
+    "flops_profiler": {"enabled": false}, "wandb": {"enabled": false},
+    "csv_monitor": {"enabled": false}, "amp": {"enabled": false, "opt_level": "O1"},
+    "progressive_layer_drop": {"enabled": false}, "data_efficiency": {"enabled": false},
+    "curriculum_learning": {"enabled": false}, "elasticity": {"enabled": false},
+    "fp16": {"enabled": false, "auto_cast": false, "fp16_master_weights_and_grads": false},
+    "bf16": {"enabled": false, "immediate_grad_update": true, "check_overflow": false},
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "bias_correction": true}},
+    "scheduler": {"type": "WarmupLR", "params": {"last_batch_iteration": -1}},
+    "checkpoint": {"load_universal": false, "use_node_local_storage": false},
+    "zero_optimization": {"stage": 0}
+  })");
+  EXPECT_TRUE(config.notes.empty()) << config.notes.front();
+}
+
+TEST(DeepSpeedFeatures, WhatOnlyObservesIsAcceptedWithOneNoteEach) {
+  const auto config = Config::from_string(R"({
+    "train_batch_size": 8,
+    "comms_logger": {"enabled": true},
+    "activation_checkpointing": {"partition_activations": false},
+    "zero_allow_untested_optimizer": true,
+    "zero_optimization": {"stage": 0, "reduce_bucket_size": 5e8,
+                          "offload_optimizer": {"device": "cpu"}},
+    "fp16": {"fp16_scale_tolerance": 0.25}
+  })");
+  const std::vector<std::string> expected = {
+      "\"fp16.fp16_scale_tolerance\" has no effect in stepwise: DeepSpeed does not read it "
+      "either (an option of an older loss scaler)",
+      "zero_optimization keys with no effect at stage 0 (DeepSpeed reads them only at stages "
+      "1-3): reduce_bucket_size, offload_optimizer",
+      "\"activation_checkpointing\" has no effect in stepwise: DeepSpeed recomputes "
+      "activations only where the model calls deepspeed.checkpointing.checkpoint(); a "
+      "LibTorch model does its own recomputation",
+      "\"comms_logger\" has no effect in stepwise: stepwise does not log its collectives; the "
+      "progress line shows the all-reduce time with wall_clock_breakdown",
+      "\"zero_allow_untested_optimizer\" has no effect in stepwise: DeepSpeed reads it only "
+      "with ZeRO stages 1-3, and stepwise runs stage 0"};
+  EXPECT_EQ(config.notes, expected);
+}
+
+TEST(DeepSpeedFeatures, WhatWouldChangeTheNumbersIsRefusedByName) {
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "prescale_gradients": true})"),
+            "\"prescale_gradients\" (value true) is a DeepSpeed feature stepwise does not "
+            "support: dividing the gradients by the world size before the all-reduce is not "
+            "implemented (stepwise divides after it, DeepSpeed's default); set it to false");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "fp16": {"enabled": true, "auto_cast": true}})"),
+            "\"fp16.auto_cast\" (value true) is a DeepSpeed feature stepwise does not support: "
+            "casting the model's inputs to half is not implemented: cast them in your "
+            "forward() and set it to false");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8,
+                         "optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}}})"),
+            "\"optimizer.params.max_grad_norm\" (value 1.0) is a DeepSpeed feature stepwise "
+            "does not support: it is not supported as an optimizer parameter, as in "
+            "DeepSpeed: use the top-level \"gradient_clipping\" instead");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "amp": {"enabled": true}})"),
+            "\"amp\" (value {\"enabled\":true}) is a DeepSpeed feature stepwise does not "
+            "support: Apex AMP is not implemented; use \"fp16\" or \"bf16\" instead");
+}
+
+TEST(DeepSpeedFeatures, EveryProblemOfAFileIsInOneErrorNumbered) {
+  EXPECT_EQ(refusal_of(R"({
+    "train_batch_size": 8, "gradient_clipping": -1, "steps_per_print": "10",
+    "prescale_gradients": true, "optimizer": {"type": "AdamW", "params": {"lr": "auto",
+    "weight_decay": "auto"}}, "zero_optimization": {"stage": 2}, "bf16": {"enabeld": true}
+  })"),
+            "7 problems in the configuration (fix them all, then run again):\n"
+            "  1. gradient_clipping must be a finite number in [0, 3.40282e+38], got -1\n"
+            "  2. steps_per_print must be an integer, got string \"10\"\n"
+            "  3. optimizer.params.lr is \"auto\", HF Trainer's placeholder: fill it with "
+            "AutoValues' learning_rate, or write the value\n"
+            "  4. optimizer.params.weight_decay is \"auto\", HF Trainer's placeholder: fill it "
+            "with AutoValues' weight_decay, or write the value\n"
+            "  5. unknown key bf16.enabeld (value true); valid keys here are: enabled\n"
+            "  6. zero_optimization.stage 2 is not supported (ZeRO is not implemented); use "
+            "stage 0 or remove the zero_optimization section\n"
+            "  7. \"prescale_gradients\" (value true) is a DeepSpeed feature stepwise does not "
+            "support: dividing the gradients by the world size before the all-reduce is not "
+            "implemented (stepwise divides after it, DeepSpeed's default); set it to false");
+}
+
+TEST(DeepSpeedFeatures, AnAutoBatchSizeIsDerivedFromTheOthers) {
+  const auto config = Config::from_string(
+      R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4,
+          "gradient_accumulation_steps": 2})");
+  EXPECT_FALSE(config.train_batch_size.has_value());
+  EXPECT_EQ(config.resolve_batch_sizes(2).train_batch_size, 16);
+}
+
+TEST(DeepSpeedFeatures, AutoValuesFillHfsPlaceholdersWithTheTrainersMeaning) {
+  const std::string hf = R"({
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+    "bf16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
+                                              "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto",
+      "warmup_max_lr": "auto", "warmup_num_steps": "auto", "total_num_steps": "auto"}}
+  })";
+  const auto config = Config::from_string(hf, AutoValues()
+                                                  .per_device_train_batch_size(4)
+                                                  .gradient_accumulation_steps(2)
+                                                  .max_grad_norm(0.5)
+                                                  .learning_rate(3e-4)
+                                                  .adam_beta1(0.8)
+                                                  .adam_beta2(0.95)
+                                                  .adam_epsilon(1e-6)
+                                                  .weight_decay(0.1)
+                                                  .warmup_steps(10)
+                                                  .num_training_steps(200)
+                                                  .bf16(true));
+  EXPECT_EQ(config.resolve_batch_sizes(2).train_batch_size, 16);  // derived, as HF does
+  EXPECT_EQ(config.gradient_clipping, 0.5);
+  EXPECT_EQ(config.precision.mode(), PrecisionMode::kBf16);
+  EXPECT_EQ(config.optimizer->lr(), 3e-4);
+  EXPECT_EQ(config.optimizer->betas(), (std::array<double, 2>{0.8, 0.95}));
+  EXPECT_EQ(config.optimizer->eps(), 1e-6);
+  EXPECT_EQ(config.optimizer->weight_decay(), 0.1);
+  const auto& schedule = std::get<WarmupDecayLROptions>(*config.scheduler);
+  EXPECT_EQ(schedule.warmup().warmup_min_lr(), 0.0);  // HF fills it with 0
+  EXPECT_EQ(schedule.warmup().warmup_max_lr(), 3e-4);
+  EXPECT_EQ(schedule.warmup().warmup_num_steps(), 10);
+  EXPECT_EQ(schedule.total_num_steps(), 200);
+  // Unfilled, every "auto" is named with the field that fills it, in one error.
+  const std::string message = refusal_of(hf);
+  EXPECT_EQ(message.substr(0, message.find('\n')),
+            "12 problems in the configuration (fix them all, then run again):");
+  EXPECT_NE(message.find("  1. train_batch_size is \"auto\", HF Trainer's placeholder, and the "
+                         "other batch sizes do not determine it: write the value\n"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("gradient_accumulation_steps is \"auto\", HF Trainer's placeholder, "
+                         "and the other batch sizes do not determine it: fill it with "
+                         "AutoValues' gradient_accumulation_steps, or write the value"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("scheduler.params.total_num_steps is \"auto\", HF Trainer's "
+                         "placeholder: fill it with AutoValues' num_training_steps, or write "
+                         "the value"),
+            std::string::npos)
+      << message;
+}
+
+TEST(DeepSpeedFeatures, TheDeprecatedBooleanZeroFormIsReadAsDeepSpeedReadsIt) {
+  const auto off = Config::from_string(R"({"train_batch_size": 8, "zero_optimization": false})");
+  EXPECT_EQ(off.zero_stage, 0);
+  ASSERT_EQ(off.notes.size(), 1u);
+  EXPECT_EQ(off.notes[0],
+            "\"zero_optimization\": false is DeepSpeed's deprecated form of {\"stage\": 0}; "
+            "write that instead");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": true})"),
+            "\"zero_optimization\": true means ZeRO stage 1, which is not supported (ZeRO is "
+            "not implemented); use false or remove the key");
+}
+
+TEST(DeepSpeedFeatures, AZeroMinLossScaleIsNoFloorAsInDeepSpeed) {
+  const auto config = Config::from_string(R"({"train_batch_size": 8, "fp16": {"enabled": true,
+                              "min_loss_scale": 0, "initial_scale_power": 2, "hysteresis": 1}})");
+  LossScaler scaler(config.precision.loss_scaler());
+  int halvings = 0;
+  try {
+    for (; halvings < 2000; ++halvings) scaler.update(/*overflow=*/true);
+    FAIL() << "the scale never stopped halving";
+  } catch (const TrainingError&) {
+  }
+  EXPECT_GT(scaler.scale(), 0.0);  // stopped at the smallest scale, before 0
+  EXPECT_GT(halvings, 1000);       // 4 halves down to the smallest denormal double
+}
+
+}  // namespace
+}  // namespace stepwise
