@@ -1,5 +1,6 @@
 #include "deepspeed_features.h"
 
+#include <stepwise/config.h>
 #include <stepwise/errors.h>
 
 #include "json_reader.h"
@@ -258,3 +259,24 @@ const std::vector<std::string>& deepspeed_zero_keys() {
 }
 
 }  // namespace stepwise::detail
+
+namespace stepwise {
+
+std::vector<DeepSpeedFeatureKey> deepspeed_feature_keys() {
+  std::vector<DeepSpeedFeatureKey> keys;
+  for (const char* section :
+       {"", "optimizer.params", "optimizer.params (Adam, AdamW)", "scheduler.params",
+        "scheduler.params (OneCycle)", "fp16", "bf16", "checkpoint"}) {
+    const std::string prefix(section, std::strcspn(section, " "));  // "optimizer.params"
+    for (const auto& f : detail::deepspeed_features(section)) {
+      const std::string off = std::strcmp(f.off, "never") == 0     ? "-"
+                              : std::strcmp(f.off, "enabled") == 0 ? "enabled: false"
+                                                                   : f.off;
+      keys.push_back({prefix.empty() ? f.key : prefix + "." + f.key, off,
+                      f.when_on == detail::WhenOn::kNote ? "note" : "refused", f.why});
+    }
+  }
+  return keys;
+}
+
+}  // namespace stepwise

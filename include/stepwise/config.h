@@ -152,6 +152,24 @@ struct ConfigKey {
   std::string default_value;
 };
 
+/// A DeepSpeed key that no stepwise component reads: what the parser does with it
+/// (docs/config.md, "DeepSpeed features stepwise does not implement").
+struct DeepSpeedFeatureKey {
+  /// Its JSON path: "amp", "fp16.auto_cast", ...
+  std::string path;
+  /// What leaves it off, accepted without a word: "enabled: false" (a section whose
+  /// "enabled" is false or absent), "-" (present means on), or DeepSpeed's default as JSON.
+  std::string off;
+  /// "note" (on, it is accepted with a note: it does not change the numbers) or
+  /// "refused" (on, it is a ConfigError: it would).
+  std::string when_on;
+  /// Why: the note's or the refusal's reason.
+  std::string why;
+};
+
+/// Every such key, read by the parser's own table (so the page cannot drift from it).
+std::vector<DeepSpeedFeatureKey> deepspeed_feature_keys();
+
 /// Every key the parser accepts, with its type and default, in the order the
 /// parser reads them. Recorded from the parser's own reads, so it cannot drift
 /// from what from_json accepts (see docs/config.md, which is checked against it).
