@@ -295,6 +295,12 @@ Config Config::from_json(const nlohmann::json& given, const AutoValues& auto_val
   r.get("steps_per_print", out.steps_per_print);
   problems.guard([&] { detail::check_positive("steps_per_print", out.steps_per_print); });
   r.get("wall_clock_breakdown", out.wall_clock_breakdown);
+  r.get("prescale_gradients", out.reducer.prescale_gradients());
+  r.get("gradient_predivide_factor", out.reducer.gradient_predivide_factor());
+  problems.guard([&] {
+    detail::check_in_range("gradient_predivide_factor", out.reducer.gradient_predivide_factor(),
+                           0.0, detail::kFloatMax, detail::LowerBound::kOpen);
+  });
   problems.guard([&] {
     if (auto o = r.object("optimizer")) out.optimizer = parse_optimizer(*o, notes);
   });

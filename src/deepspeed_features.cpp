@@ -62,12 +62,6 @@ const std::vector<DeepSpeedFeature>& deepspeed_features(const std::string& secti
             "Apex AMP is not implemented; use \"fp16\" or \"bf16\" instead"},
            {"torch_autocast", "enabled", WhenOn::kRefuse,
             "autocast is not implemented; use \"bf16\" or \"fp16\" (the whole model in that type)"},
-           {"prescale_gradients", "false", WhenOn::kRefuse,
-            "dividing the gradients by the world size before the all-reduce is not implemented "
-            "(stepwise divides after it, DeepSpeed's default); set it to false"},
-           {"gradient_predivide_factor", "1.0", WhenOn::kRefuse,
-            "a gradient predivide factor is not implemented (stepwise divides by the world size "
-            "after the all-reduce, DeepSpeed's default); set it to 1.0"},
            {"fp32_allreduce", "false", WhenOn::kRefuse,
             "all-reducing half or bf16 gradients in fp32 is not implemented; set it to false"},
            {"communication_data_type", "null", WhenOn::kRefuse,

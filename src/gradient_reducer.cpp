@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <functional>
 #include <mutex>
 #include <sstream>
@@ -86,9 +87,18 @@ std::vector<std::vector<size_t>> bucket_layout(const std::vector<torch::Tensor>&
 
 }  // namespace
 
-BucketedReducer::BucketedReducer(std::shared_ptr<Context> context, int64_t bucket_size)
-    : context_(std::move(context)), bucket_size_(bucket_size) {
+// NOTE: [predivide] DeepSpeed's allreduce_bucket (engine.py) averages a bucket in one of
+// two ways: by default (postscale) it multiplies by 1/f, sums, and multiplies by f/W
+// unless f == W; with prescale_gradients it multiplies by 1/W and sums. Both are the
+// mean; they round differently. Here f == W stands for prescale, the division before the
+// sum happens in the bucket, and the one after it is mean_factor() = f/W, folded into the
+// unscale when attached (or a multiply in flush() when not).
+BucketedReducer::BucketedReducer(std::shared_ptr<Context> context, int64_t bucket_size,
+                                 double predivide)
+    : context_(std::move(context)), bucket_size_(bucket_size), predivide_(predivide) {
   STEPWISE_CHECK_OPTION(bucket_size_ > 0, "bucket_size", "must be > 0, got ", bucket_size_);
+  STEPWISE_CHECK_OPTION(std::isfinite(predivide_) && predivide_ > 0.0, "gradient_predivide_factor",
+                        "must be a finite number > 0, got ", predivide_);
 }
 
 BucketedReducer::~BucketedReducer() {
@@ -180,6 +190,7 @@ void BucketedReducer::launch_ready() {
 void BucketedReducer::launch(size_t index) {
   Bucket& b = *buckets_[index];
   if (!b.wire.is_same(b.buffer)) b.wire.copy_(b.buffer);
+  if (predivide_ != 1.0) b.wire.mul_(1.0 / predivide_);  // see NOTE: [predivide]
   const auto start = std::chrono::steady_clock::now();
   b.pending = context_->all_reduce_sum_start(
       b.wire, c10::str("gradient bucket ", index + 1, " (", b.wire.numel(), " elements)"));
@@ -244,7 +255,7 @@ void BucketedReducer::finalize() {
 
 double BucketedReducer::mean_factor() const {
   // Attached (only with a context and W > 1), finalize() sums; unattached, flush() divides.
-  return params_.empty() ? 1.0 : 1.0 / static_cast<double>(context_->world_size());
+  return params_.empty() ? 1.0 : predivide_ / static_cast<double>(context_->world_size());
 }
 
 void BucketedReducer::restore_grads() {
@@ -271,12 +282,18 @@ void BucketedReducer::flush() {
     bucket.narrow(0, at, g.numel()).view_as(g).copy_(g);
     at += g.numel();
   }
+  if (predivide_ != 1.0) bucket.mul_(1.0 / predivide_);  // see NOTE: [predivide]
   const auto start = std::chrono::steady_clock::now();
   context_->all_reduce_sum(
       bucket, c10::str("gradient bucket ", ++bucket_in_step_, " (", bucket.numel(), " elements)"));
   time_ += std::chrono::steady_clock::now() - start;
   calls_ += 1;
-  bucket.div_(static_cast<double>(context_->world_size()));
+  const auto world = static_cast<double>(context_->world_size());
+  if (predivide_ == 1.0) {
+    bucket.div_(world);
+  } else if (predivide_ != world) {
+    bucket.mul_(predivide_ / world);
+  }
   int64_t offset = 0;
   for (auto& g : pending_) {
     g.copy_(bucket.narrow(0, offset, g.numel()).view_as(g));
@@ -337,7 +354,10 @@ std::unique_ptr<GradientReducer> make_gradient_reducer(std::vector<torch::Tensor
                                                        const ReducerOptions& options,
                                                        std::vector<RankCheck> must_agree) {
   auto context = default_context();
-  auto reducer = std::make_unique<BucketedReducer>(context, options.bucket_size());
+  const double world = context ? static_cast<double>(context->world_size()) : 1.0;
+  auto reducer = std::make_unique<BucketedReducer>(
+      context, options.bucket_size(),
+      options.prescale_gradients() ? world : options.gradient_predivide_factor());
   if (!context || context->world_size() == 1) return reducer;
   check_ranks_agree(*context, params, std::move(must_agree));
   // All ranks start from rank 0's parameters (one broadcast per parameter, once).

@@ -72,8 +72,10 @@ class GradientReducer {
 /// copies into and out of its buffers and divides by W, as before.
 class BucketedReducer : public GradientReducer {
  public:
-  /// `bucket_size` in elements (> 0); a larger tensor gets a bucket of its own.
-  BucketedReducer(std::shared_ptr<Context> context, int64_t bucket_size);
+  /// `bucket_size` in elements (> 0); a larger tensor gets a bucket of its own. Each
+  /// bucket is divided by `predivide` (> 0) before its all-reduce and by W / predivide
+  /// after it (NOTE: [predivide]).
+  BucketedReducer(std::shared_ptr<Context> context, int64_t bucket_size, double predivide = 1.0);
   ~BucketedReducer() override;
   void add(torch::Tensor& param) override;
   void finalize() override;
@@ -103,6 +105,7 @@ class BucketedReducer : public GradientReducer {
 
   std::shared_ptr<Context> context_;
   int64_t bucket_size_;
+  double predivide_;
   std::vector<torch::Tensor> pending_;
   std::vector<torch::Tensor> buffers_;  // one flat buffer per bucket, reused
   int64_t pending_numel_ = 0;

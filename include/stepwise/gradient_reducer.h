@@ -22,7 +22,8 @@
 namespace stepwise::distributed {
 
 /// Options of the gradient reducer that stepwise::initialize builds (the config's
-/// `"stepwise"` section: reduce_bucket_size, overlap_comm).
+/// `"stepwise"` section: reduce_bucket_size, overlap_comm; and DeepSpeed's top-level
+/// prescale_gradients and gradient_predivide_factor).
 struct ReducerOptions {
   /// Elements per flat all-reduce bucket when W > 1 (> 0; DeepSpeed's stage-0 bucket
   /// is 500,000,000 elements and has no key).
@@ -31,6 +32,12 @@ struct ReducerOptions {
   /// window, as soon as the bucket is full (DeepSpeed's overlap_comm); false: all at
   /// step() (NOTE: [bucket views]).
   TORCH_ARG(bool, overlap_comm) = true;
+  /// DeepSpeed's prescale_gradients: when W > 1, divide the gradients by W before the
+  /// all-reduce instead of after it (the same mean, rounded on the way in).
+  TORCH_ARG(bool, prescale_gradients) = false;
+  /// DeepSpeed's gradient_predivide_factor f (> 0; ignored with prescale_gradients): when
+  /// W > 1, divide by f before the all-reduce and by W / f after it.
+  TORCH_ARG(double, gradient_predivide_factor) = 1.0;
 };
 
 }  // namespace stepwise::distributed

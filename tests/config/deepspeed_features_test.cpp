@@ -65,10 +65,9 @@ TEST(DeepSpeedFeatures, WhatOnlyObservesIsAcceptedWithOneNoteEach) {
 }
 
 TEST(DeepSpeedFeatures, WhatWouldChangeTheNumbersIsRefusedByName) {
-  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "prescale_gradients": true})"),
-            "\"prescale_gradients\" (value true) is a DeepSpeed feature stepwise does not "
-            "support: dividing the gradients by the world size before the all-reduce is not "
-            "implemented (stepwise divides after it, DeepSpeed's default); set it to false");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "fp32_allreduce": true})"),
+            "\"fp32_allreduce\" (value true) is a DeepSpeed feature stepwise does not support: "
+            "all-reducing half or bf16 gradients in fp32 is not implemented; set it to false");
   EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "fp16": {"enabled": true, "auto_cast": true}})"),
             "\"fp16.auto_cast\" (value true) is a DeepSpeed feature stepwise does not support: "
             "casting the model's inputs to half is not implemented: cast them in your "
@@ -86,7 +85,7 @@ TEST(DeepSpeedFeatures, WhatWouldChangeTheNumbersIsRefusedByName) {
 TEST(DeepSpeedFeatures, EveryProblemOfAFileIsInOneErrorNumbered) {
   EXPECT_EQ(refusal_of(R"({
     "train_batch_size": 8, "gradient_clipping": -1, "steps_per_print": "10",
-    "prescale_gradients": true, "optimizer": {"type": "AdamW", "params": {"lr": "auto",
+    "fp32_allreduce": true, "optimizer": {"type": "AdamW", "params": {"lr": "auto",
     "weight_decay": "auto"}}, "zero_optimization": {"stage": 2}, "bf16": {"enabeld": true}
   })"),
             "7 problems in the configuration (fix them all, then run again):\n"
@@ -99,9 +98,9 @@ TEST(DeepSpeedFeatures, EveryProblemOfAFileIsInOneErrorNumbered) {
             "  5. unknown key bf16.enabeld (value true); valid keys here are: enabled\n"
             "  6. zero_optimization.stage 2 is not supported (ZeRO is not implemented); use "
             "stage 0 or remove the zero_optimization section\n"
-            "  7. \"prescale_gradients\" (value true) is a DeepSpeed feature stepwise does not "
-            "support: dividing the gradients by the world size before the all-reduce is not "
-            "implemented (stepwise divides after it, DeepSpeed's default); set it to false");
+            "  7. \"fp32_allreduce\" (value true) is a DeepSpeed feature stepwise does not "
+            "support: all-reducing half or bf16 gradients in fp32 is not implemented; set it to "
+            "false");
 }
 
 TEST(DeepSpeedFeatures, AnAutoBatchSizeIsDerivedFromTheOthers) {

@@ -173,6 +173,39 @@ TEST_F(DataParallel, TwoRanksMatchOneRankWithTheSameGlobalBatch) {
   }
 }
 
+TEST_F(DataParallel, PrescaleAndPredivideAverageAsDeepSpeedDoes) {
+  // NOTE: [predivide] With W = 2, dividing by 2 before the sum or after it is exact, as is
+  // a predivide factor of 4 (1/4 before, 4/2 after): all three end bit-identical. A factor
+  // of 3 rounds differently, and must still give the same mean.
+  const auto train = [](const char* predivide, bool bucketed) {
+    if (predivide == nullptr) {
+      ::unsetenv("STEPWISE_WORKER_PREDIVIDE");
+    } else {
+      ::setenv("STEPWISE_WORKER_PREDIVIDE", predivide, 1);
+    }
+    const std::string out = ::testing::TempDir() + "/stepwise_dp_predivide";
+    auto ranks = run_ranks(2, {"train", "2", "2", "4", bucketed ? "4" : "1000", out},
+                           std::chrono::seconds(120));
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
+    const std::string bytes = read_file(out + ".0");
+    EXPECT_EQ(bytes, read_file(out + ".1")) << "ranks must end bit-identical";
+    return bytes;
+  };
+  for (const bool bucketed : {false, true}) {
+    const std::string plain = train(nullptr, bucketed);
+    ASSERT_FALSE(plain.empty());
+    EXPECT_EQ(train("prescale", bucketed), plain) << "prescale_gradients, buckets " << bucketed;
+    EXPECT_EQ(train("4", bucketed), plain) << "gradient_predivide_factor 4";
+    const auto by_three = weights_of(train("3", bucketed));
+    const auto expected = weights_of(plain);
+    ASSERT_EQ(by_three.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_NEAR(by_three[i], expected[i], 1e-6) << "gradient_predivide_factor 3, element " << i;
+    }
+  }
+  ::unsetenv("STEPWISE_WORKER_PREDIVIDE");
+}
+
 TEST_F(DataParallel, AllReduceCallsPerStepEqualBucketsAndNoneOffTheBoundary) {
   // Linear(4, 1): weight (4 elements) and bias (1). Bucket 4: 2 buckets; 1000: 1. With
   // stepwise.overlap_comm (the default) every bucket's all-reduce starts during the

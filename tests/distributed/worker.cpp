@@ -61,6 +61,14 @@ stepwise::Config config_for(int64_t mbs, int64_t gas, int64_t bucket) {
   if (const char* overlap = std::getenv("STEPWISE_WORKER_OVERLAP_COMM")) {
     json["stepwise"]["overlap_comm"] = std::string(overlap) == "1";
   }
+  // The test sets it to compare DeepSpeed's ways of dividing by W (NOTE: [predivide]).
+  if (const char* predivide = std::getenv("STEPWISE_WORKER_PREDIVIDE")) {
+    if (std::string(predivide) == "prescale") {
+      json["prescale_gradients"] = true;
+    } else {
+      json["gradient_predivide_factor"] = std::stod(predivide);
+    }
+  }
   return stepwise::Config::from_json(json);
 }
 
