@@ -8,11 +8,15 @@
 //   stepwise::Config config;
 //   config.train_micro_batch_size_per_gpu = 2;
 //   config.reducer = reducer;
+//   // DeepSpeed's top-level "prescale_gradients" and "gradient_predivide_factor":
+//   auto prescaled = stepwise::distributed::ReducerOptions().prescale_gradients(true);
+//   auto predivided = stepwise::distributed::ReducerOptions().gradient_predivide_factor(4.0);
 //
 // At the accumulation boundary (never in between) the engine's reducer sums every
 // gradient over the W ranks in flat buckets of `bucket_size` elements, one all-reduce
-// each, and the engine divides by W in the unscale that follows. The reducer itself is
-// internal (src/gradient_reducer.h).
+// each, and the engine divides by W in the unscale that follows (with a predivide factor
+// f: by f before the all-reduce and by W / f after; prescale: by W before, as DeepSpeed).
+// The reducer itself is internal (src/gradient_reducer.h).
 #pragma once
 
 #include <torch/arg.h>
