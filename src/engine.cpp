@@ -41,15 +41,16 @@ torch::nn::Module& non_null(const std::shared_ptr<torch::nn::Module>& model) {
 }
 
 std::unique_ptr<torch::optim::Optimizer> choose_optimizer(
-    const Config& config, std::unique_ptr<torch::optim::Optimizer> client,
-    const Precision& precision) {
-  precision.check_optimizer_source(client != nullptr);
+    const Config& config, std::unique_ptr<torch::optim::Optimizer> client, Precision& precision) {
   STEPWISE_CHECK(!(client && config.optimizer), ConfigError,
                  "both a client optimizer and an \"optimizer\" config section (type \"",
                  config.optimizer ? config.optimizer->type() : "",
                  "\") were given; remove one "
                  "of them");
-  if (client) return client;
+  if (client) {
+    precision.adopt(*client);  // fp16/bf16: it steps the fp32 masters
+    return client;
+  }
   STEPWISE_CHECK(config.optimizer.has_value(), ConfigError,
                  "no optimizer: add an \"optimizer\" section to the config (for example "
                  "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}) or pass one to "

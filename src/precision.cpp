@@ -19,7 +19,7 @@ class Fp32 final : public Precision {
   explicit Fp32(torch::nn::Module& model) : Precision(model) {}
   const char* name() const override { return "fp32"; }
   bool has_masters() const override { return false; }
-  void check_optimizer_source(bool /*client_optimizer*/) const override {}
+  void adopt(torch::optim::Optimizer& /*client*/) override {}
   void attach(torch::optim::Optimizer& /*optimizer*/) override {}
   void copy_to_model() override {}
 };
@@ -51,11 +51,18 @@ class MasterCopies : public Precision {
   const char* name() const override { return name_; }
   bool has_masters() const override { return true; }
 
-  void check_optimizer_source(bool client_optimizer) const override {
-    STEPWISE_CHECK(!client_optimizer, ConfigError, "a client optimizer cannot be combined with ",
-                   name_,
-                   ".enabled: the engine must build the optimizer over its fp32 master weights; "
-                   "use the config's \"optimizer\" section instead");
+  void adopt(torch::optim::Optimizer& client) override {
+    // NOTE: [client optimizer masters] The user built the optimizer over the model's
+    // parameters, before initialize cast them in place (set_data keeps each tensor's
+    // identity): each is found by identity and replaced by its master. A fresh optimizer
+    // keeps no state, so nothing else refers to the half/bf16 tensors.
+    STEPWISE_CHECK(client.state().empty(), ConfigError, "the client optimizer has state already; ",
+                   "with ", name_,
+                   " the engine hands it the fp32 master weights, which that state does not "
+                   "belong to: pass an optimizer that has not stepped");
+    for (auto& group : client.param_groups()) {
+      for (auto& p : group.params()) p = master_[index_of(p)];
+    }
   }
 
   void attach(torch::optim::Optimizer& optimizer) override {
@@ -64,8 +71,10 @@ class MasterCopies : public Precision {
     // copy_to_model() then has nothing left to do.
     auto* writer = dynamic_cast<WritesModelCopies*>(&optimizer);
     if (writer == nullptr) return;
-    std::vector<torch::Tensor> copies;
-    for (const auto& p : model_) copies.push_back(p.detach());
+    std::vector<torch::Tensor> copies;  // in the optimizer's order, which a client chose
+    for (const auto& group : optimizer.param_groups()) {
+      for (const auto& master : group.params()) copies.push_back(model_[index_of(master)].detach());
+    }
     writer->set_model_copies(std::move(copies));
     writes_back_ = true;
   }
@@ -77,6 +86,18 @@ class MasterCopies : public Precision {
   }
 
  private:
+  // The index of `p` (a model parameter or a master) in model_ and master_.
+  size_t index_of(const torch::Tensor& p) const {
+    for (size_t i = 0; i < model_.size(); ++i) {
+      if (model_[i].is_same(p) || master_[i].is_same(p)) return i;
+    }
+    throw ConfigError(c10::str(
+        "the client optimizer holds a tensor of shape ", p.sizes(),
+        " that is not a trainable parameter of the model; with ", name_,
+        " the engine replaces each of its parameters by that parameter's fp32 master weight, so "
+        "build the optimizer over the model's parameters (model->parameters())"));
+  }
+
   const char* name_;
   bool writes_back_ = false;
 };

@@ -79,9 +79,12 @@ class Precision {
   GradientStats check_unscaled(double factor);
   /// factor / S: what the gradients are multiplied by to unscale them.
   double grad_scale(double factor) const { return factor / loss_scale(); }
-  /// Throws ConfigError when `client_optimizer` (the user built the optimizer) in
-  /// fp16/bf16: the optimizer must update the fp32 masters, which only the engine holds.
-  virtual void check_optimizer_source(bool client_optimizer) const = 0;
+  /// Takes a client optimizer, built by the user over the model's parameters: in fp16 and
+  /// bf16 each of its parameters is replaced by that parameter's fp32 master, so that it
+  /// steps the masters, as DeepSpeed's FP16_Optimizer and BF16_Optimizer do (its groups
+  /// and their options stay). ConfigError if it holds a tensor that is not a trainable
+  /// parameter of the model, or has state already. fp32: nothing to do.
+  virtual void adopt(torch::optim::Optimizer& client) = 0;
   /// Lets an optimizer over optimizer_params() that WritesModelCopies (a FusedAdamW)
   /// write the model's half/bf16 weights in its update (see NOTE: [fused write-back]);
   /// other optimizers, and every optimizer in fp32, are left alone.

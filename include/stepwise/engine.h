@@ -194,8 +194,10 @@ class Engine {
 
 /// Creates an engine for `model` from `config`. `optimizer` / `lr_scheduler`
 /// are client objects that replace the config's sections (a config section and
-/// a client object for the same role is a ConfigError). A client scheduler
-/// must drive the engine's optimizer; the engine steps it, not you.
+/// a client object for the same role is a ConfigError). In fp16/bf16 a client
+/// optimizer, built over the model's parameters, is handed the fp32 masters in their
+/// place (docs/mixed-precision.md). A client scheduler must drive the engine's
+/// optimizer; the engine steps it, not you.
 Engine initialize(std::shared_ptr<torch::nn::Module> model, Config config,
                   std::unique_ptr<torch::optim::Optimizer> optimizer = nullptr,
                   std::unique_ptr<torch::optim::LRScheduler> lr_scheduler = nullptr);

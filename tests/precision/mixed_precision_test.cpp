@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "support/error_of.h"
 #include "support/reference_problem.h"
 
 namespace stepwise {
@@ -175,20 +176,92 @@ TEST(Fp16, MasterWeightsAreFp32AndTrackAnFp32Run) {
       << "model = half(masters), rounded to nearest";
 }
 
-TEST(Fp16, ClientOptimizerIsRefused) {
+// see NOTE: [client optimizer masters]
+TEST(Fp16, AClientOptimizerStepsTheMastersWithItsOwnGroups) {
   auto model = Elementwise();
-  auto optimizer =
-      std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
-  try {
-    initialize(model, Config::from_string(R"({"train_batch_size": 2, "fp16": {"enabled": true}})"),
-               std::move(optimizer));
-    FAIL() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "a client optimizer cannot be combined with fp16.enabled: the engine must build "
-                 "the optimizer over its fp32 master weights; use the config's \"optimizer\" "
-                 "section instead");
+  // Two groups: the bias's lr is 0, so only the weight may move.
+  std::vector<torch::optim::OptimizerParamGroup> groups = {
+      torch::optim::OptimizerParamGroup({model->w},
+                                        std::make_unique<torch::optim::SGDOptions>(0.1)),
+      torch::optim::OptimizerParamGroup({model->b},
+                                        std::make_unique<torch::optim::SGDOptions>(0.0))};
+  auto optimizer = std::make_unique<torch::optim::SGD>(groups, torch::optim::SGDOptions(0.1));
+  auto* client = optimizer.get();
+  auto engine = initialize(
+      model,
+      Config::from_string(
+          R"({"train_batch_size": 2, "steps_per_print": 1000, "fp16": {"enabled": true, "initial_scale_power": 4}})"),
+      std::move(optimizer));
+  ASSERT_EQ(client->param_groups().size(), 2u);
+  EXPECT_TRUE(client->param_groups()[0].params()[0].is_same(engine.master_params()[0]));
+  EXPECT_TRUE(client->param_groups()[1].params()[0].is_same(engine.master_params()[1]));
+  EXPECT_EQ(client->param_groups()[0].params()[0].scalar_type(), torch::kFloat);
+  EXPECT_EQ(model->w.scalar_type(), torch::kHalf);
+  const auto w0 = engine.master_params()[0].detach().clone();
+  const auto b0 = engine.master_params()[1].detach().clone();
+  for (int t = 0; t < 3; ++t) {
+    auto x = torch::randn({2, 4});
+    engine.backward(mse(model->forward(x), x.sum(1, true)));
+    engine.step();
   }
+  EXPECT_EQ(engine.global_steps(), 3);
+  EXPECT_EQ(engine.skipped_steps(), 0);
+  EXPECT_FALSE(torch::equal(engine.master_params()[0], w0)) << "the weight's group stepped";
+  EXPECT_TRUE(torch::equal(engine.master_params()[1], b0)) << "the bias's group has lr 0";
+  EXPECT_TRUE(torch::equal(model->w, engine.master_params()[0].to(torch::kHalf)))
+      << "the model is the masters, rounded";
+}
+
+TEST(Bf16, AClientOptimizerTrainsAsTheConfigsOptimizerDoes) {
+  auto run = [](bool client) {
+    auto model = reference_linear();
+    const std::string optimizer_section =
+        client ? ""
+               : R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.05, "torch_adam": true}})";
+    auto config = Config::from_string(R"({"train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 2, "steps_per_print": 1000, "gradient_clipping": 0.5,
+        "bf16": {"enabled": true})" + optimizer_section +
+                                      "}");
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    if (client) {
+      optimizer = std::make_unique<torch::optim::AdamW>(
+          model->parameters(), torch::optim::AdamWOptions(0.05).weight_decay(0.0));
+    }
+    auto engine = initialize(model, config, std::move(optimizer));
+    for (int64_t t = 0; t < 12; ++t) {
+      auto [x, y] = reference_samples(2 * t, 2);
+      engine.backward(mse(model->forward(x.to(torch::kBFloat16)), y));
+      engine.step();
+    }
+    return engine.master_params()[0].detach().clone();
+  };
+  const auto configured = run(false);
+  EXPECT_TRUE(torch::equal(run(true), configured)) << "bit for bit";
+  EXPECT_FALSE(torch::equal(configured, reference_linear()->weight)) << "it trained";
+}
+
+TEST(Bf16, AClientOptimizerOverOtherTensorsOrWithStateIsRefusedByName) {
+  const auto bf16 = R"({"train_batch_size": 2, "bf16": {"enabled": true}})";
+  auto foreign = torch::zeros({3}, torch::requires_grad());
+  EXPECT_EQ(testing::error_of<ConfigError>([&] {
+              initialize(Elementwise(), Config::from_string(bf16),
+                         std::make_unique<torch::optim::SGD>(std::vector<torch::Tensor>{foreign},
+                                                             torch::optim::SGDOptions(0.1)));
+            }),
+            "the client optimizer holds a tensor of shape [3] that is not a trainable parameter "
+            "of the model; with bf16 the engine replaces each of its parameters by that "
+            "parameter's fp32 master weight, so build the optimizer over the model's parameters "
+            "(model->parameters())");
+  auto model = Elementwise();
+  auto stepped =
+      std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(0.1));
+  model->forward(torch::ones({1, 4})).sum().backward();
+  stepped->step();
+  EXPECT_EQ(testing::error_of<ConfigError>(
+                [&] { initialize(model, Config::from_string(bf16), std::move(stepped)); }),
+            "the client optimizer has state already; with bf16 the engine hands it the fp32 "
+            "master weights, which that state does not belong to: pass an optimizer that has "
+            "not stepped");
 }
 
 TEST(Bf16, LinearTrainsInBf16WithFp32MastersCloseToFp32) {
