@@ -1,5 +1,7 @@
 #include "auto_values.h"
 
+#include <c10/util/StringUtil.h>
+
 #include <optional>
 
 namespace stepwise::detail {
@@ -82,6 +84,13 @@ std::string auto_field(const std::string& path) {
     if (path == key.path) return key.field;
   }
   return "";
+}
+
+ConfigError unfilled_auto(const std::string& path, const std::string& why_not) {
+  const std::string field = auto_field(path);
+  return ConfigError(c10::str(path, " is \"auto\", HF Trainer's placeholder", why_not, ": ",
+                              field.empty() ? "" : "fill it with AutoValues' " + field + ", or ",
+                              "write the value"));
 }
 
 }  // namespace stepwise::detail

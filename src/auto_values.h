@@ -9,6 +9,7 @@
 #pragma once
 
 #include <stepwise/config.h>
+#include <stepwise/errors.h>
 
 #include <nlohmann/json.hpp>
 
@@ -34,5 +35,9 @@ nlohmann::json fill_auto(nlohmann::json json, const AutoValues& values);
 
 /// The AutoValues field that fills `path` ("" if none does).
 std::string auto_field(const std::string& path);
+
+/// The error for an "auto" at `path` that nothing filled: `path`, `why_not` (what else
+/// could have settled it, or ""), then the AutoValues field that fills it, if one does.
+ConfigError unfilled_auto(const std::string& path, const std::string& why_not);
 
 }  // namespace stepwise::detail

@@ -267,14 +267,7 @@ void read_batch_sizes(ObjectReader& r, Config& out) {
   }
   if (autos.size() != 1) {
     for (size_t i : autos) {
-      const std::string field = detail::auto_field(keys[i]);
-      r.problems()->guard([&] {
-        throw ConfigError(c10::str(
-            keys[i],
-            " is \"auto\", HF Trainer's placeholder, and the other batch sizes do not "
-            "determine it: ",
-            field.empty() ? "" : "fill it with AutoValues' " + field + ", or ", "write the value"));
-      });
+      r.fail(detail::unfilled_auto(keys[i], ", and the other batch sizes do not determine it"));
     }
   }
 }

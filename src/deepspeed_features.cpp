@@ -183,8 +183,7 @@ void read_feature(ObjectReader& reader, const DeepSpeedFeature& feature,
   const ConfigError error(
       c10::str("\"", path, "\" (value ", show(value),
                ") is a DeepSpeed feature stepwise does not support: ", feature.why));
-  if (reader.problems() == nullptr) throw error;
-  reader.problems()->add(std::make_exception_ptr(error), error.what());
+  reader.fail(error);
 }
 
 void read_features(ObjectReader& reader, const std::string& section,

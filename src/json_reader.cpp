@@ -137,11 +137,7 @@ bool ObjectReader::read(const std::string& key, T& out, const std::string& defau
   if (!json_.contains(key)) return false;
   const auto& value = json_.at(key);
   if (value.is_string() && value.get<std::string>() == "auto" && !std::is_same_v<T, std::string>) {
-    // see NOTE: [HF auto]
-    const std::string field = auto_field(path_of(key));
-    fail(ConfigError(c10::str(path_of(key), " is \"auto\", HF Trainer's placeholder: ",
-                              field.empty() ? "" : "fill it with AutoValues' " + field + ", or ",
-                              "write the value")));
+    fail(unfilled_auto(path_of(key), ""));  // see NOTE: [HF auto]
     return false;
   }
   if (problems_ == nullptr) {

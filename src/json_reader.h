@@ -117,6 +117,8 @@ class ObjectReader {
   /// Marks `key` as handled elsewhere (a DeepSpeed feature read by its own rules):
   /// finish() accepts it, and it is not listed among this object's keys.
   void claim(const std::string& key);
+  /// Throws `error`, or records it in problems() when there are.
+  void fail(const ConfigError& error) const;
   /// The JSON object read.
   const nlohmann::json& json() const { return json_; }
   /// Where problems go (null: thrown).
@@ -127,8 +129,6 @@ class ObjectReader {
   void finish() const;
 
  private:
-  // Throws `error`, or records it in problems_.
-  void fail(const ConfigError& error) const;
   // Records `key` as asked for, with its type and default text.
   void ask(const std::string& key, const char* type, const std::string& default_text);
   template <class T>
