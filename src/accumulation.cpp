@@ -21,9 +21,10 @@ int64_t total_num_steps(int64_t micro_batches_per_epoch, int64_t epochs, int64_t
                                        : micro_batches_per_epoch * epochs / gas;
 }
 
-Accumulator::Accumulator(int64_t gas, const AccumulationOptions& options)
-    : gas_(gas), options_(options) {
-  STEPWISE_CHECK(gas > 0, ConfigError, "gradient_accumulation_steps must be positive, got ", gas);
+Accumulator::Accumulator(const BatchSizes& sizes, const AccumulationOptions& options)
+    : sizes_(sizes), options_(options) {
+  STEPWISE_CHECK(gas() > 0, ConfigError, "gradient_accumulation_steps must be positive, got ",
+                 gas());
 }
 
 void Accumulator::on_backward(bool scaled) {
@@ -50,7 +51,7 @@ double Accumulator::early_end_factor() const {
                  "), so its gradients have no common scale to correct: use one "
                  "BackwardOptions().scale_wrt_gas(...) value for a whole window");
   if (s_.window_scaled == 0 || s_.window_backwards == 0) return 1.0;
-  return static_cast<double>(gas_) / static_cast<double>(s_.window_backwards);
+  return static_cast<double>(gas()) / static_cast<double>(s_.window_backwards);
 }
 
 void Accumulator::check_step() const {
@@ -84,7 +85,7 @@ void Accumulator::on_boundary(bool skipped, int64_t samples) {
 
 void Accumulator::on_flush(bool skipped, int64_t samples) {
   s_.awaiting_step = false;
-  const int64_t rest = gas_ - pending();  // the micro-steps this window did not get
+  const int64_t rest = gas() - pending();  // the micro-steps this window did not get
   end_window(skipped, samples);
   s_.micro_steps += rest;
 }

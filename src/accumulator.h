@@ -3,10 +3,11 @@
 //
 // How the engine uses it:
 //
-//   stepwise::Accumulator acc(/*gas=*/4, stepwise::AccumulationOptions().strict_cadence(true));
+//   stepwise::Accumulator acc(config.resolve_batch_sizes(/*world_size=*/1),
+//                             stepwise::AccumulationOptions().strict_cadence(true));
 //   acc.on_backward();              // throws if backward() came twice in a row
 //   if (acc.is_boundary()) {
-//     acc.on_boundary(/*skipped=*/false, /*samples=*/32);  // the optimizer stepped
+//     acc.on_boundary(/*skipped=*/false, acc.window_samples(/*ends_early=*/false));
 //   } else {
 //     acc.on_step();                // a micro-step inside the window
 //   }
@@ -52,8 +53,8 @@ struct AccumulatorState {
 /// Counters and the boundary rule (docs/engine.md, "Counters").
 class Accumulator {
  public:
-  /// `gas` > 0 micro-batches per optimizer step.
-  explicit Accumulator(int64_t gas, const AccumulationOptions& options = {});
+  /// `sizes`: the run's resolved batch sizes (GAS > 0 micro-batches per optimizer step).
+  explicit Accumulator(const BatchSizes& sizes, const AccumulationOptions& options = {});
 
   /// Records a backward() (`scaled`: it divided the loss by GAS); with strict
   /// cadence, refuses two in a row unless the boundary is set by hand.
@@ -78,7 +79,7 @@ class Accumulator {
 
   /// see NOTE: [accumulation boundary]; a boundary set by hand wins.
   bool is_boundary() const {
-    return s_.manual_boundary ? *s_.manual_boundary : (s_.micro_steps + 1) % gas_ == 0;
+    return s_.manual_boundary ? *s_.manual_boundary : (s_.micro_steps + 1) % gas() == 0;
   }
   /// backward() calls since the last boundary.
   int64_t window_backwards() const { return s_.window_backwards; }
@@ -88,18 +89,27 @@ class Accumulator {
   /// not (the loop normalised the loss itself). Throws UsageError if the window mixed both.
   double early_end_factor() const;
   /// Micro-batches stepped since the last boundary (0 .. GAS-1).
-  int64_t pending() const { return s_.micro_steps % gas_; }
+  int64_t pending() const { return s_.micro_steps % gas(); }
   /// Whether a backward() is waiting for its step().
   bool awaiting_step() const { return s_.awaiting_step; }
 
+  /// The run's batch sizes: the one owner of GAS, the micro-batch and W.
+  const BatchSizes& sizes() const { return sizes_; }
   /// Micro-batches per optimizer step.
-  int64_t gas() const { return gas_; }
+  int64_t gas() const { return sizes_.gradient_accumulation_steps; }
+  /// The samples, over all ranks, of the window that ends now: train_batch_size at a
+  /// counted boundary; window_backwards() micro-batches on each rank when the window
+  /// `ends_early` (a flush, or a boundary set by hand).
+  int64_t window_samples(bool ends_early) const {
+    return ends_early ? s_.window_backwards * sizes_.micro_batch * sizes_.world_size
+                      : sizes_.train_batch_size;
+  }
   /// Where a run saved at `micro_steps` with `saved_gas` continues when its window in
   /// progress is dropped (a load's load_window(false)): back to that window's start, then
   /// on to the next whole window of this GAS, as flush() moves it.
   int64_t after_dropped_window(int64_t micro_steps, int64_t saved_gas) const {
     const int64_t start = micro_steps - micro_steps % saved_gas;
-    return (start + gas_ - 1) / gas_ * gas_;
+    return (start + gas() - 1) / gas() * gas();
   }
   /// step() calls so far.
   int64_t micro_steps() const { return s_.micro_steps; }
@@ -118,7 +128,7 @@ class Accumulator {
   void restore(const AccumulatorState& state) { s_ = state; }
 
  private:
-  int64_t gas_;
+  BatchSizes sizes_;
   AccumulationOptions options_;
   // A boundary: the window's counts restart, one more (maybe skipped) step.
   void end_window(bool skipped, int64_t samples);

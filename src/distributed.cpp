@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "check.h"
+#include "collectives.h"
 #include "distributed_backends.h"
 #include "launch_environment.h"
 
@@ -158,11 +159,11 @@ void Context::all_reduce_sum(torch::Tensor& tensor, const std::string& what) {
   // NCCL takes CUDA tensors only, Gloo CPU ones (see device()).
   const bool moved = tensor.device() != impl_->device;
   torch::Tensor on_device = moved ? tensor.to(impl_->device) : tensor;
-  wait(*all_reduce_sum_start(on_device, what));
+  detail::wait(*this, *detail::all_reduce_sum_start(*this, on_device, what));
   if (moved) tensor.copy_(on_device);
 }
 
-struct Context::Pending::Impl {
+struct detail::PendingAllReduce::Impl {
   decltype(std::declval<detail::Group&>().allreduce(std::declval<std::vector<torch::Tensor>&>(),
                                                     c10d::AllreduceOptions())) work;
   std::vector<torch::Tensor> tensors;  // kept alive until the work is done
@@ -171,9 +172,19 @@ struct Context::Pending::Impl {
   bool waited = false;
 };
 
-Context::Pending::Pending(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+// What the internal collectives (src/collectives.h) reach of a Context and a pending one.
+struct detail::ContextAccess {
+  static Context::Impl& impl(Context& context) { return *context.impl_; }
+  static PendingAllReduce::Impl& impl(PendingAllReduce& pending) { return *pending.impl_; }
+  [[noreturn]] static void fail(Context& context, const std::string& what,
+                                const std::exception& cause) {
+    context.fail(what, cause);
+  }
+};
 
-Context::Pending::~Pending() {
+detail::PendingAllReduce::PendingAllReduce(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+detail::PendingAllReduce::~PendingAllReduce() {
   if (!impl_ || impl_->waited || !impl_->work) return;
   try {
     impl_->work->wait(impl_->timeout);  // the backend must not write into freed memory
@@ -182,34 +193,36 @@ Context::Pending::~Pending() {
   }
 }
 
-std::unique_ptr<Context::Pending> Context::all_reduce_sum_start(torch::Tensor& tensor,
-                                                                const std::string& what) {
-  STEPWISE_CHECK(tensor.device() == impl_->device, std::invalid_argument,
+std::unique_ptr<detail::PendingAllReduce> detail::all_reduce_sum_start(Context& context,
+                                                                       torch::Tensor& tensor,
+                                                                       const std::string& what) {
+  auto& impl = ContextAccess::impl(context);
+  STEPWISE_CHECK(tensor.device() == impl.device, std::invalid_argument,
                  "all_reduce_sum_start: ", what, " is on ", tensor.device(), ", the ",
-                 backend_name(), " backend works on ", impl_->device);
-  auto pending = std::make_unique<Pending::Impl>();
+                 context.backend_name(), " backend works on ", impl.device);
+  auto pending = std::make_unique<PendingAllReduce::Impl>();
   pending->tensors = {tensor};
   pending->what = what;
-  pending->timeout = timeout_;
+  pending->timeout = context.timeout();
   try {
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
-    options.timeout = timeout_;
-    pending->work = impl_->group->allreduce(pending->tensors, options);
+    options.timeout = context.timeout();
+    pending->work = impl.group->allreduce(pending->tensors, options);
   } catch (const std::exception& e) {
-    fail("all-reduce of " + what, e);
+    ContextAccess::fail(context, "all-reduce of " + what, e);
   }
-  return std::unique_ptr<Pending>(new Pending(std::move(pending)));
+  return std::make_unique<PendingAllReduce>(std::move(pending));
 }
 
-void Context::wait(Pending& pending) {
-  auto& p = *pending.impl_;
+void detail::wait(Context& context, PendingAllReduce& pending) {
+  auto& p = ContextAccess::impl(pending);
   if (p.waited) return;
   p.waited = true;
   try {
-    p.work->wait(timeout_);
+    p.work->wait(context.timeout());
   } catch (const std::exception& e) {
-    fail("all-reduce of " + p.what, e);
+    ContextAccess::fail(context, "all-reduce of " + p.what, e);
   }
 }
 

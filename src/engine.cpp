@@ -81,9 +81,9 @@ Engine::State::State(std::shared_ptr<torch::nn::Module> model, Config config,
       config_(std::move(config)),
       // Joins the process group from torchrun's variables when WORLD_SIZE > 1, with the
       // backend of the parameters' device (NCCL for CUDA, Gloo otherwise).
-      sizes_(config_.resolve_batch_sizes(
-          distributed::world_size_for_engine(params_device(model_.get())))),
-      accumulator_(sizes_.gradient_accumulation_steps, config_.accumulation) {
+      accumulator_(config_.resolve_batch_sizes(
+                       distributed::world_size_for_engine(params_device(model_.get()))),
+                   config_.accumulation) {
   // NOTE: [construction order] the steps below depend on each other's effects, so they
   // run here, in this order, not in the member initializer list (where the order of
   // the declarations would decide it):
@@ -93,7 +93,7 @@ Engine::State::State(std::shared_ptr<torch::nn::Module> model, Config config,
   //    stay its own weights while its model showed rank 0's;
   // 3. then the optimizer is built over the masters, and attached to the precision.
   // tests/distributed (RankZerosWeightsReachEveryRankBeforeTheFp16Cast) checks 1-2.
-  reducer_ = make_reducer(non_null(model_), config_, sizes_);
+  reducer_ = make_reducer(non_null(model_), config_, accumulator_.sizes());
   precision_ = Precision::make(config_.precision, *model_);
   optimizer_ = choose_optimizer(config_, std::move(client_optimizer), *precision_);
   precision_->attach(*optimizer_);
@@ -163,9 +163,11 @@ double Engine::loss_scale() const { return state_->precision_->loss_scale(); }
 const std::vector<torch::Tensor>& Engine::master_params() const {
   return state_->precision_->optimizer_params();
 }
-const BatchSizes& Engine::batch_sizes() const { return state_->sizes_; }
-int64_t Engine::train_batch_size() const { return state_->sizes_.train_batch_size; }
-int64_t Engine::train_micro_batch_size_per_gpu() const { return state_->sizes_.micro_batch; }
+const BatchSizes& Engine::batch_sizes() const { return state_->accumulator_.sizes(); }
+int64_t Engine::train_batch_size() const { return state_->accumulator_.sizes().train_batch_size; }
+int64_t Engine::train_micro_batch_size_per_gpu() const {
+  return state_->accumulator_.sizes().micro_batch;
+}
 int64_t Engine::gradient_accumulation_steps() const { return state_->accumulator_.gas(); }
 torch::optim::Optimizer& Engine::optimizer() { return *state_->optimizer_; }
 torch::optim::LRScheduler* Engine::lr_scheduler() { return state_->scheduler_.get(); }
@@ -202,7 +204,7 @@ torch::Tensor Engine::State::backward(const torch::Tensor& loss, const BackwardO
   leftover_checks_->after_backward(accumulator_.is_boundary());
   backward_time_ += Clock::now() - start;
   scaled = scaled.detach();
-  window_losses_.push_back(scaled);
+  window_losses_.add(scaled);
   return scaled;
 }
 
@@ -233,11 +235,11 @@ void Engine::State::step() {
     return;
   }
   if (!accumulator_.manual_boundary()) {
-    boundary_step(sizes_.train_batch_size, /*grad_factor=*/1.0, /*ends_early=*/false);
+    boundary_step(accumulator_.window_samples(/*ends_early=*/false), /*grad_factor=*/1.0,
+                  /*ends_early=*/false);
     return;
   }
-  const int64_t k = accumulator_.window_backwards();
-  boundary_step(k * sizes_.micro_batch * sizes_.world_size, accumulator_.early_end_factor(),
+  boundary_step(accumulator_.window_samples(/*ends_early=*/true), accumulator_.early_end_factor(),
                 /*ends_early=*/true);
 }
 
@@ -250,7 +252,7 @@ bool Engine::State::flush() {
   check_before_step(/*boundary=*/k > 0);
   if (k == 0) return false;
   // The k pending micro-batches were each divided by GAS: make it a mean over k.
-  boundary_step(k * sizes_.micro_batch * sizes_.world_size, accumulator_.early_end_factor(),
+  boundary_step(accumulator_.window_samples(/*ends_early=*/true), accumulator_.early_end_factor(),
                 /*ends_early=*/true);
   return true;
 }
@@ -270,11 +272,12 @@ void Engine::State::clear_gradient_accumulation_boundary() {
 }
 
 torch::Tensor Engine::State::window_loss() const {
-  STEPWISE_CHECK(!last_window_losses_.empty(), UsageError,
+  torch::Tensor loss = window_losses_.last_loss();
+  STEPWISE_CHECK(loss.defined(), UsageError,
                  "engine.window_loss() was called before the first accumulation window ended: "
                  "read it after a step() at the boundary (is_gradient_accumulation_boundary() "
                  "before that step(), or global_steps() > 0) or after flush()");
-  return torch::stack(last_window_losses_).to(torch::kFloat).sum() * last_window_factor_;
+  return loss;
 }
 
 void Engine::State::boundary_step(int64_t samples, double grad_factor, bool ends_early) {
@@ -310,9 +313,7 @@ void Engine::State::boundary_step(int64_t samples, double grad_factor, bool ends
   }
   precision_->finish_boundary(skip);
   leftover_checks_->after_boundary(!skip);
-  last_window_losses_.swap(window_losses_);
-  window_losses_.clear();
-  last_window_factor_ = grad_factor;
+  window_losses_.end_window(grad_factor);
   was_step_applied_ = !skip;
   if (ends_early) {
     accumulator_.on_flush(skip, samples);
@@ -332,10 +333,11 @@ void Engine::State::print_progress() const {
        << " samples=" << accumulator_.global_samples() << " lr=";
   for (double lr : get_lr()) line << lr << " ";
   line << "grad_norm=" << global_grad_norm_;
-  if (accumulator_.global_steps() == config_.steps_per_print && sizes_.world_size > 1) {
+  if (accumulator_.global_steps() == config_.steps_per_print &&
+      accumulator_.sizes().world_size > 1) {
     // The first line says how the ranks talk (the backend follows the device if unset).
     const auto ctx = distributed::default_context();
-    line << " (data parallel: " << sizes_.world_size << " ranks over "
+    line << " (data parallel: " << accumulator_.sizes().world_size << " ranks over "
          << (ctx ? ctx->backend_name() : std::string("?")) << ")";
   }
   if (config_.wall_clock_breakdown) {

@@ -89,10 +89,10 @@ detail::SharedState Engine::State::shared_state(const ClientState& client_state)
   s.window_micro_batches = acc.window_backwards;
   s.window_awaiting_step = acc.awaiting_step;
   s.manual_boundary = acc.manual_boundary;
-  s.dp_world_size = sizes_.world_size;
+  s.dp_world_size = accumulator_.sizes().world_size;
   s.gradient_accumulation_steps = accumulator_.gas();
   s.precision = precision_->name();
-  s.ds_config = resolved_config(config_, sizes_);
+  s.ds_config = resolved_config(config_, accumulator_.sizes());
   s.stepwise_version = STEPWISE_VERSION;
   s.was_step_applied = was_step_applied_;
   s.global_grad_norm = global_grad_norm_;
@@ -104,7 +104,7 @@ detail::RankWindow Engine::State::rank_window() const {
   const AccumulatorState acc = accumulator_.state();
   detail::RankWindow w;
   w.rank = distributed::rank();
-  w.world_size = sizes_.world_size;
+  w.world_size = accumulator_.sizes().world_size;
   w.micro_steps = acc.micro_steps;
   w.window_backwards = acc.window_backwards;
   w.window_scaled = acc.window_scaled;
@@ -113,14 +113,15 @@ detail::RankWindow Engine::State::rank_window() const {
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].grad().defined()) w.grads.emplace_back(names[i], params[i].grad().detach());
   }
-  w.window_losses = window_losses_;
-  w.last_window_losses = last_window_losses_;
-  w.last_window_factor = last_window_factor_;
+  w.window_losses = window_losses_.current;
+  w.last_window_losses = window_losses_.last;
+  w.last_window_factor = window_losses_.last_factor;
   return w;
 }
 
 std::string Engine::State::save_checkpoint(const std::string& dir, const SaveOptions& options) {
-  const auto context = sizes_.world_size > 1 ? distributed::default_context() : nullptr;
+  const auto context =
+      accumulator_.sizes().world_size > 1 ? distributed::default_context() : nullptr;
   detail::SaveSource source;
   source.window = [&] { return rank_window(); };
   source.shared = [&] { return shared_state(options.client_state()); };
@@ -133,8 +134,10 @@ std::string Engine::State::save_checkpoint(const std::string& dir, const SaveOpt
 
 LoadedCheckpoint Engine::State::load_checkpoint(const std::string& dir,
                                                 const LoadOptions& options) {
-  const auto context = sizes_.world_size > 1 ? distributed::default_context() : nullptr;
-  const detail::Setup setup{sizes_.world_size, accumulator_.gas(), precision_->name()};
+  const auto context =
+      accumulator_.sizes().world_size > 1 ? distributed::default_context() : nullptr;
+  const detail::Setup setup{accumulator_.sizes().world_size, accumulator_.gas(),
+                            precision_->name()};
   detail::LoadPlan plan;
   return detail::load_checkpoint(
       context.get(), dir, options, setup,
@@ -239,12 +242,13 @@ void Engine::State::apply_load(const detail::ReadCheckpoint& c, detail::LoadPlan
     for (size_t i = 0; i < model_params.size(); ++i) {
       model_params[i].mutable_grad() = c.continue_window ? plan.window_grads[i] : torch::Tensor();
     }
-    window_losses_ = c.continue_window ? c.window->window_losses : std::vector<torch::Tensor>();
     accumulator_.restore(plan.counters);
     was_step_applied_ = c.shared.was_step_applied;
     global_grad_norm_ = c.shared.global_grad_norm;
-    last_window_losses_ = c.window ? c.window->last_window_losses : std::vector<torch::Tensor>();
-    last_window_factor_ = c.window ? c.window->last_window_factor : 1.0;
+    window_losses_ = {};
+    if (c.continue_window) window_losses_.current = c.window->window_losses;
+    if (c.window) window_losses_.last = c.window->last_window_losses;
+    if (c.window) window_losses_.last_factor = c.window->last_window_factor;
     reducer_->restore_grads();  // W > 1: into the buckets (NOTE: [bucket views])
   }
   // The load changed weights and gradients on purpose: the guard rails start afresh.

@@ -8,6 +8,7 @@
 
 #include "accumulator.h"
 #include "precision_policy.h"
+#include "window_losses.h"
 
 #include <chrono>
 #include <memory>
@@ -63,7 +64,6 @@ struct Engine::State {
 
   std::shared_ptr<torch::nn::Module> model_;
   Config config_;
-  BatchSizes sizes_;
   // Built in the constructor's body, in the order of NOTE: [construction order].
   std::unique_ptr<distributed::GradientReducer> reducer_;
   std::unique_ptr<Precision> precision_;
@@ -74,9 +74,7 @@ struct Engine::State {
   int64_t scheduler_steps_taken_ = 0;
   Accumulator accumulator_;
   std::unique_ptr<detail::LeftoverChecks> leftover_checks_;
-  std::vector<torch::Tensor> window_losses_;       // what backward() returned, this window
-  std::vector<torch::Tensor> last_window_losses_;  // ... and in the last finished window
-  double last_window_factor_ = 1.0;
+  detail::WindowLosses window_losses_;
   bool was_step_applied_ = false;
   double global_grad_norm_ = 0.0;
   std::chrono::steady_clock::duration backward_time_{};

@@ -92,8 +92,8 @@ void adamw_step(const AdamWTensors& tensors, const AdamWStep& step,
                 const torch::Tensor& found_inf) {
   const auto& params = tensors.params;
   if (params.empty()) return;
-  STEPWISE_CHECK(step.step_ >= 1, std::invalid_argument, "stepwise::fused::adamw_step: step is ",
-                 step.step_, "; it counts updates and is 1 on the first");
+  STEPWISE_CHECK(step.step() >= 1, std::invalid_argument, "stepwise::fused::adamw_step: step is ",
+                 step.step(), "; it counts updates and is 1 on the first");
   const auto device = params[0].device();
   const auto backend = check_list("adamw_step", "params", params, device);
   check_list("adamw_step", "grads", tensors.grads, device);

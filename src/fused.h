@@ -19,6 +19,7 @@
 // waits for the device; the caller decides when to bring a value to the host.
 #pragma once
 
+#include <torch/arg.h>
 #include <torch/types.h>
 
 #include <string>
@@ -46,61 +47,29 @@ torch::Tensor unscale_and_check(const std::vector<torch::Tensor>& tensors, doubl
 /// tensor on their device (inf or nan if any element is). Empty list: a CPU zero.
 torch::Tensor global_norm(const std::vector<torch::Tensor>& tensors);
 
-/// Hyper-parameters of one fused Adam/AdamW step.
+/// Hyper-parameters of one fused Adam/AdamW step, in LibTorch's options style.
 struct AdamWStep {
-  /// Learning rate.
-  double lr_ = 1e-3;
-  /// First-moment decay.
-  double beta1_ = 0.9;
-  /// Second-moment decay.
-  double beta2_ = 0.999;
-  /// Added to the denominator.
-  double eps_ = 1e-8;
-  /// Weight decay (decoupled for AdamW, added to the gradient for Adam).
-  double weight_decay_ = 0.0;
-  /// AdamW (true, the default) or Adam with L2 weight decay (false).
-  bool decoupled_ = true;
-  /// The step number after this update: 1 on the first (gives the bias corrections).
-  int64_t step_ = 1;
-  /// Every gradient is multiplied by this first (1/S fuses the fp16 unscale).
-  double grad_scale_ = 1.0;
-
-  /// Chained setters, like torch::optim::AdamWOptions.
-  AdamWStep& lr(double v) {
-    lr_ = v;
-    return *this;
-  }
   /// Sets both betas.
   AdamWStep& betas(double b1, double b2) {
-    beta1_ = b1;
-    beta2_ = b2;
-    return *this;
+    beta1(b1);
+    return beta2(b2);
   }
-  /// Sets eps.
-  AdamWStep& eps(double v) {
-    eps_ = v;
-    return *this;
-  }
-  /// Sets the weight decay.
-  AdamWStep& weight_decay(double v) {
-    weight_decay_ = v;
-    return *this;
-  }
-  /// AdamW (true) or Adam (false).
-  AdamWStep& decoupled(bool v) {
-    decoupled_ = v;
-    return *this;
-  }
-  /// Sets the step number (>= 1).
-  AdamWStep& step(int64_t v) {
-    step_ = v;
-    return *this;
-  }
-  /// Sets the gradient multiplier.
-  AdamWStep& grad_scale(double v) {
-    grad_scale_ = v;
-    return *this;
-  }
+  /// Learning rate.
+  TORCH_ARG(double, lr) = 1e-3;
+  /// First-moment decay.
+  TORCH_ARG(double, beta1) = 0.9;
+  /// Second-moment decay.
+  TORCH_ARG(double, beta2) = 0.999;
+  /// Added to the denominator.
+  TORCH_ARG(double, eps) = 1e-8;
+  /// Weight decay (decoupled for AdamW, added to the gradient for Adam).
+  TORCH_ARG(double, weight_decay) = 0.0;
+  /// AdamW (true, the default) or Adam with L2 weight decay (false).
+  TORCH_ARG(bool, decoupled) = true;
+  /// The step number after this update: 1 on the first (gives the bias corrections).
+  TORCH_ARG(int64_t, step) = 1;
+  /// Every gradient is multiplied by this first (1/S fuses the fp16 unscale).
+  TORCH_ARG(double, grad_scale) = 1.0;
 };
 
 /// The tensors one fused Adam/AdamW step reads and writes; lists of equal length whose

@@ -34,25 +34,25 @@ void adamw_step(const AdamWTensors& tensors, const AdamWStep& step,
                 const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   if (found_inf.defined() && found_inf.item<float>() != 0.0f) return;
-  const double bias1 = 1.0 - std::pow(step.beta1_, static_cast<double>(step.step_));
-  const double bias2 = 1.0 - std::pow(step.beta2_, static_cast<double>(step.step_));
+  const double bias1 = 1.0 - std::pow(step.beta1(), static_cast<double>(step.step()));
+  const double bias2 = 1.0 - std::pow(step.beta2(), static_cast<double>(step.step()));
   for (size_t i = 0; i < tensors.params.size(); ++i) {
     const auto& p = tensors.params[i];
     auto grad = tensors.grads[i].to(torch::kFloat);
-    if (step.grad_scale_ != 1.0) grad = grad.mul(step.grad_scale_);
-    if (step.weight_decay_ != 0.0) {
-      if (step.decoupled_) {
-        p.mul_(1.0 - step.lr_ * step.weight_decay_);
+    if (step.grad_scale() != 1.0) grad = grad.mul(step.grad_scale());
+    if (step.weight_decay() != 0.0) {
+      if (step.decoupled()) {
+        p.mul_(1.0 - step.lr() * step.weight_decay());
       } else {
-        grad = grad.add(p, step.weight_decay_);
+        grad = grad.add(p, step.weight_decay());
       }
     }
     auto& m = tensors.exp_avg[i];
     auto& v = tensors.exp_avg_sq[i];
-    m.mul_(step.beta1_).add_(grad, 1.0 - step.beta1_);
-    v.mul_(step.beta2_).addcmul_(grad, grad, 1.0 - step.beta2_);
-    const auto denom = (v.sqrt() / std::sqrt(bias2)).add_(step.eps_);
-    p.addcdiv_(m, denom, -step.lr_ / bias1);
+    m.mul_(step.beta1()).add_(grad, 1.0 - step.beta1());
+    v.mul_(step.beta2()).addcmul_(grad, grad, 1.0 - step.beta2());
+    const auto denom = (v.sqrt() / std::sqrt(bias2)).add_(step.eps());
+    p.addcdiv_(m, denom, -step.lr() / bias1);
     if (!tensors.model_copies.empty()) tensors.model_copies[i].copy_(p);
   }
 }

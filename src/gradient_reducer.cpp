@@ -4,6 +4,7 @@
 #include <stepwise/errors.h>
 
 #include "check.h"
+#include "collectives.h"
 #include "option_checks.h"
 
 #include <torch/csrc/autograd/function.h>
@@ -28,7 +29,7 @@ struct BucketedReducer::Bucket {
   torch::Tensor wire;          // what c10d sums: `buffer`, or a float copy (bf16 on Gloo)
   std::vector<size_t> params;  // indices into params_
   size_t ready = 0;            // gradients in, during an armed backward
-  std::unique_ptr<Context::Pending> pending;  // the all-reduce in flight
+  std::unique_ptr<detail::PendingAllReduce> pending;  // the all-reduce in flight
 };
 
 // The autograd hooks outlive neither the reducer's effect nor its memory: they call
@@ -192,8 +193,9 @@ void BucketedReducer::launch(size_t index) {
   if (!b.wire.is_same(b.buffer)) b.wire.copy_(b.buffer);
   if (predivide_ != 1.0) b.wire.mul_(1.0 / predivide_);  // see NOTE: [predivide]
   const auto start = std::chrono::steady_clock::now();
-  b.pending = context_->all_reduce_sum_start(
-      b.wire, c10::str("gradient bucket ", index + 1, " (", b.wire.numel(), " elements)"));
+  b.pending = detail::all_reduce_sum_start(
+      *context_, b.wire,
+      c10::str("gradient bucket ", index + 1, " (", b.wire.numel(), " elements)"));
   time_ += std::chrono::steady_clock::now() - start;
   calls_ += 1;
   if (in_backward_) overlapped_ += 1;
@@ -202,7 +204,7 @@ void BucketedReducer::launch(size_t index) {
 void BucketedReducer::wait(Bucket& b) {
   if (!b.pending) return;  // not started, or already waited for
   const auto start = std::chrono::steady_clock::now();
-  context_->wait(*b.pending);
+  detail::wait(*context_, *b.pending);
   time_ += std::chrono::steady_clock::now() - start;
   b.pending.reset();
   if (!b.wire.is_same(b.buffer)) b.buffer.copy_(b.wire);

@@ -36,6 +36,18 @@ enum class EpochEnd {
 int64_t total_num_steps(int64_t micro_batches_per_epoch, int64_t epochs, int64_t gas,
                         EpochEnd epoch_end);
 
+/// Resolved batch sizes: tb == micro_batch * gas * world_size (docs/config.md, "Batch sizes").
+struct BatchSizes {
+  /// Samples per optimizer step over all ranks (tb).
+  int64_t train_batch_size = 0;
+  /// Samples per micro-batch on one rank (mbs).
+  int64_t micro_batch = 0;
+  /// Micro-batches per optimizer step (GAS).
+  int64_t gradient_accumulation_steps = 0;
+  /// Data-parallel ranks (W).
+  int64_t world_size = 1;
+};
+
 /// Options of the accumulation window (the config's `"stepwise"` section).
 struct AccumulationOptions {
   /// Refuse backward() twice without step() and step() without backward().

@@ -45,18 +45,6 @@ namespace stepwise {
 // onto those options, once; nothing but the engine's construction reads a Config.
 // The dependency direction is one way: components -> config -> engine.
 
-/// Resolved batch sizes: tb == micro_batch * gas * world_size (docs/config.md, "Batch sizes").
-struct BatchSizes {
-  /// Samples per optimizer step over all ranks (tb).
-  int64_t train_batch_size = 0;
-  /// Samples per micro-batch on one rank (mbs).
-  int64_t micro_batch = 0;
-  /// Micro-batches per optimizer step (GAS).
-  int64_t gradient_accumulation_steps = 0;
-  /// Data-parallel ranks (W).
-  int64_t world_size = 1;
-};
-
 /// The values that fill HF's `"auto"` placeholders, named after HF's TrainingArguments,
 /// with the meaning the HF Trainer gives each (transformers' integrations/deepspeed.py,
 /// HfTrainerDeepSpeedConfig): see docs/config.md, "HF's auto". Unset fields fill nothing.

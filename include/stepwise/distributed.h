@@ -34,6 +34,10 @@ namespace stepwise {
 
 namespace distributed {
 
+namespace detail {
+struct ContextAccess;  // the engine's own collectives (src/collectives.h)
+}  // namespace detail
+
 /// A collective failed or timed out, a rank is missing, or the ranks disagree
 /// (configuration, parameter shapes). The message names the rank(s) and the timeout.
 class DistributedError : public std::runtime_error {
@@ -95,27 +99,6 @@ class Context {
   /// In place: `tensor` becomes the sum over all ranks. `what` names it in errors.
   void all_reduce_sum(torch::Tensor& tensor, const std::string& what);
 
-  /// An all-reduce in flight (all_reduce_sum_start): wait() for it before reading the
-  /// tensor; destroying it without wait() waits (errors then are only logged).
-  class Pending {
-   public:
-    ~Pending();
-    Pending(const Pending&) = delete;
-    Pending& operator=(const Pending&) = delete;
-
-   private:
-    friend class Context;
-    struct Impl;
-    explicit Pending(std::unique_ptr<Impl> impl);
-    std::unique_ptr<Impl> impl_;
-  };
-  /// Starts summing `tensor` over all ranks, in place, and returns at once (the backend
-  /// works on its own threads or stream). `tensor` must be on device(); every rank must
-  /// start the same collectives in the same order. `what` names it in errors.
-  std::unique_ptr<Pending> all_reduce_sum_start(torch::Tensor& tensor, const std::string& what);
-  /// Waits for `pending` (DistributedError naming the rank that is gone, as
-  /// all_reduce_sum, when it fails or passes the timeout).
-  void wait(Pending& pending);
   /// In place: `tensor` becomes rank `root`'s value on every rank.
   void broadcast(torch::Tensor& tensor, int64_t root, const std::string& what);
   /// Every rank's `tensor` (same shape on all ranks), indexed by rank.
@@ -124,6 +107,7 @@ class Context {
   void barrier(const std::string& what);
 
  private:
+  friend struct detail::ContextAccess;
   [[noreturn]] void fail(const std::string& what, const std::exception& cause);
 
   struct Impl;

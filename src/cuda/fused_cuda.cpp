@@ -78,14 +78,14 @@ void adamw_step(const AdamWTensors& tensors, const AdamWStep& step,
   lists.exp_avg_sq = exp_avg_sq.data();
   lists.model_copies = copies.empty() ? nullptr : copies.data();
   kernels::AdamHyper hyper;
-  hyper.lr = static_cast<float>(step.lr_);
-  hyper.beta1 = static_cast<float>(step.beta1_);
-  hyper.beta2 = static_cast<float>(step.beta2_);
-  hyper.eps = static_cast<float>(step.eps_);
-  hyper.weight_decay = static_cast<float>(step.weight_decay_);
-  hyper.decoupled = step.decoupled_;
-  hyper.step = step.step_;
-  hyper.grad_scale = static_cast<float>(step.grad_scale_);
+  hyper.lr = static_cast<float>(step.lr());
+  hyper.beta1 = static_cast<float>(step.beta1());
+  hyper.beta2 = static_cast<float>(step.beta2());
+  hyper.eps = static_cast<float>(step.eps());
+  hyper.weight_decay = static_cast<float>(step.weight_decay());
+  hyper.decoupled = step.decoupled();
+  hyper.step = step.step();
+  hyper.grad_scale = static_cast<float>(step.grad_scale());
   kernels::adamw(lists, params.size(), hyper,
                  found_inf.defined() ? found_inf.data_ptr<float>() : nullptr, scope.stream());
 }

@@ -1,0 +1,39 @@
+// stepwise (internal): the collectives the engine's own parts use beside the public ones
+// of distributed::Context: an all-reduce that returns at once, for the reducer's buckets
+// to overlap the backward pass (NOTE: [bucket views] in gradient_reducer.cpp).
+#pragma once
+
+#include <stepwise/distributed.h>
+
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+
+namespace stepwise::distributed::detail {
+
+/// An all-reduce in flight (all_reduce_sum_start): wait() for it before reading the
+/// tensor; destroying it without wait() waits (errors then are only logged).
+class PendingAllReduce {
+ public:
+  struct Impl;
+  explicit PendingAllReduce(std::unique_ptr<Impl> impl);
+  ~PendingAllReduce();
+  PendingAllReduce(const PendingAllReduce&) = delete;
+  PendingAllReduce& operator=(const PendingAllReduce&) = delete;
+
+ private:
+  friend struct ContextAccess;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Starts summing `tensor` over all ranks of `context`, in place, and returns at once (the
+/// backend works on its own threads or stream). `tensor` must be on context.device();
+/// every rank must start the same collectives in the same order. `what` names it in errors.
+std::unique_ptr<PendingAllReduce> all_reduce_sum_start(Context& context, torch::Tensor& tensor,
+                                                       const std::string& what);
+/// Waits for `pending` (DistributedError naming the rank that is gone, as
+/// Context::all_reduce_sum, when it fails or passes the timeout).
+void wait(Context& context, PendingAllReduce& pending);
+
+}  // namespace stepwise::distributed::detail
