@@ -185,6 +185,11 @@ def check_page(blocks, contexts_dir):
                 errors.append((where, f"context name {ctx!r} must be a C++ identifier"))
             elif not (pathlib.Path(contexts_dir) / f"{ctx}.h").is_file():
                 errors.append((where, f"context {ctx!r}: no file snippets/contexts/{ctx}.h"))
+        includes = [l.strip() for l in b.compiled_lines() if CPP_INCLUDE_RE.match(l)]
+        if "#include <torch/torch.h>" in includes[1:]:
+            errors.append((where, "#include <torch/torch.h> after another include: write it first "
+                           "(a reader's GCC uses a precompiled header only for the first include; "
+                           "docs/contributing.md, \"What the reader copies\")"))
     by_id = {b.id: b for b in blocks if b.is_cpp and b.id}
     seen_out = set()
     for b in blocks:
@@ -205,6 +210,7 @@ def check_page(blocks, contexts_dir):
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONTEXTS = ROOT / "snippets" / "contexts"
 CHECKS = ROOT / "snippets" / "standalone_checks.h"
+CPP_INCLUDE_RE = re.compile(r"\s*#\s*include\b")
 CHECK_RE = re.compile(r"\b(?:CHECK|CHECK_FALSE|CHECK_MESSAGE|CHECK_NOTHROW|CHECK_THROWS_AS|REQUIRE)\s*\(|\bdoctest::")
 
 

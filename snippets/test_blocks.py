@@ -54,6 +54,8 @@ class ParserTest(unittest.TestCase):
             "```cpp title=x.cpp\n```\n": "bare key=value",
             '```{.text .output for="zz"}\n```\n': "no runnable C++ block",
             "```{.cpp .program #a}\nint main(){}\n": "unclosed fence",
+            "```{.cpp .program #a}\n#include <stepwise/stepwise.h>\n#include <torch/torch.h>\n```\n":
+                "after another include: write it first",
         }
         for text, expected in cases.items():
             messages = " | ".join(m for _, m in B.check_page(B.parse_text(text, "docs/t.md"), CONTEXTS))
