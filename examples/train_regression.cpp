@@ -52,7 +52,9 @@ int main(int argc, char** argv) {
     auto engine = stepwise::initialize(model, stepwise::Config::from_file(config_path));
     const int64_t mbs = engine.train_micro_batch_size_per_gpu();
     const int64_t micro_batches = n / mbs;
-    const int64_t total_steps = epochs * micro_batches / engine.gradient_accumulation_steps();
+    // This loop flushes at every epoch end, so each epoch has ceil(micro_batches / GAS) steps.
+    const int64_t total_steps = stepwise::total_num_steps(
+        micro_batches, epochs, engine.gradient_accumulation_steps(), stepwise::EpochEnd::kFlush);
     std::printf("config %s: micro batch %lld, GAS %lld, train batch %lld, %lld epochs\n",
                 config_path.c_str(), static_cast<long long>(mbs),
                 static_cast<long long>(engine.gradient_accumulation_steps()),
@@ -82,11 +84,17 @@ int main(int argc, char** argv) {
                     static_cast<long long>(epoch + 1));
         window_loss = 0.0;
       }
-      std::fprintf(stderr, "[progress] epoch %lld/%lld  optimizer steps %lld/~%lld  samples %lld\n",
+      std::fprintf(stderr, "[progress] epoch %lld/%lld  optimizer steps %lld/%lld  samples %lld\n",
                    static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
                    static_cast<long long>(engine.global_steps()),
                    static_cast<long long>(total_steps),
                    static_cast<long long>(engine.global_samples()));
+    }
+    if (engine.global_steps() != total_steps) {  // what total_num_steps promised the scheduler
+      std::fprintf(stderr, "ran %lld optimizer steps where total_num_steps said %lld\n",
+                   static_cast<long long>(engine.global_steps()),
+                   static_cast<long long>(total_steps));
+      return 1;
     }
     std::printf("final loss %.6f (started at %.6f): %s\n", last_loss, first_loss,
                 last_loss < first_loss ? "improved" : "DID NOT IMPROVE");
