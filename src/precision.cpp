@@ -7,7 +7,12 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace stepwise {
 
@@ -102,11 +107,52 @@ class MasterCopies : public Precision {
   bool writes_back_ = false;
 };
 
+// The ops a transformer needs that this LibTorch cannot run in Half on the CPU (LibTorch
+// 1.13 has none of these four; later versions add some), tried on 2x2 tensors.
+std::vector<std::string> half_ops_missing_on_cpu() {
+  torch::NoGradGuard no_grad;
+  const auto x = torch::ones({2, 2}, torch::kHalf);
+  const std::pair<const char*, std::function<void()>> probes[] = {
+      {"matmul", [&] { torch::matmul(x, x); }},
+      {"LayerNorm", [&] { torch::layer_norm(x, {2}); }},
+      {"softmax", [&] { torch::softmax(x, -1); }},
+      {"GELU", [&] { torch::gelu(x); }},
+  };
+  std::vector<std::string> missing;
+  for (const auto& [name, probe] : probes) {
+    try {
+      probe();
+    } catch (const c10::Error&) {
+      missing.emplace_back(name);
+    }
+  }
+  return missing;
+}
+
+// One warning at initialize when fp16 parameters live on the CPU and this LibTorch lacks
+// Half CPU kernels a model commonly needs: the failure would otherwise come from inside
+// LibTorch at the first forward() ("LayerNormKernelImpl" not implemented for 'Half').
+void warn_about_half_on_cpu(const std::vector<torch::Tensor>& params) {
+  const bool on_cpu =
+      std::any_of(params.begin(), params.end(), [](const auto& p) { return p.is_cpu(); });
+  if (!on_cpu) return;
+  const auto missing = half_ops_missing_on_cpu();
+  if (missing.empty()) return;
+  std::string names;
+  for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m;
+  TORCH_WARN("fp16 with parameters on the CPU: this LibTorch has no Half CPU kernels for: ", names,
+             ", so a model that uses one fails in forward() (\"... not implemented for 'Half'\"). "
+             "On the CPU train in bf16 (\"bf16\": {\"enabled\": true}); fp16 needs the model "
+             "on CUDA");
+}
+
 // fp16: master copies, and the loss scaler that the backward loss is multiplied by.
 class Fp16 final : public MasterCopies {
  public:
   Fp16(torch::nn::Module& model, const LossScalerOptions& options)
-      : MasterCopies(model, torch::kHalf, "fp16"), scaler_(options) {}
+      : MasterCopies(model, torch::kHalf, "fp16"), scaler_(options) {
+    warn_about_half_on_cpu(model_params());
+  }
   double loss_scale() const override { return scaler_.scale(); }
   const LossScaler* scaler() const override { return &scaler_; }
   LossScaler* scaler() override { return &scaler_; }

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "support/error_of.h"
@@ -297,6 +298,51 @@ TEST(Bf16, LinearTrainsInBf16WithFp32MastersCloseToFp32) {
   EXPECT_LE(diff, tolerance) << bf16 << fp32;
   EXPECT_LE(tolerance, 0.1 * travelled) << "the bound is tight enough to mean something";
   EXPECT_FALSE(torch::allclose(bf16, reference_linear()->weight, 0, 0.1)) << "it trained";
+}
+
+TEST(Fp16, OnTheCpuWarnsOnceNamingTheHalfKernelsThisLibTorchLacksAndBf16) {
+  // What this LibTorch cannot run in half on the CPU, found here apart from the engine.
+  const auto x = torch::ones({2, 2}, torch::kHalf);
+  std::vector<std::string> lacks;
+  try {
+    torch::matmul(x, x);
+  } catch (const c10::Error&) {
+    lacks.push_back("matmul");
+  }
+  try {
+    torch::layer_norm(x, {2});
+  } catch (const c10::Error&) {
+    lacks.push_back("LayerNorm");
+  }
+  // TORCH_WARN goes to stderr through c10's default handler (in every LibTorch version).
+  ::testing::internal::CaptureStderr();
+  {
+    Elementwise model;
+    auto engine = initialize(model, Config::from_string(kFp16));
+  }
+  const std::string printed = ::testing::internal::GetCapturedStderr();
+  std::vector<std::string> about_half;  // the lines of the warning
+  for (size_t at = printed.find("fp16 with parameters on the CPU"); at != std::string::npos;
+       at = printed.find("fp16 with parameters on the CPU", at + 1)) {
+    about_half.push_back(printed.substr(at, printed.find('\n', at) - at));
+  }
+  if (lacks.empty()) {  // a LibTorch with these kernels may still lack softmax or GELU
+    EXPECT_LE(about_half.size(), 1u);
+    return;
+  }
+  ASSERT_EQ(about_half.size(), 1u) << "one warning at initialize";
+  for (const auto& op : lacks) EXPECT_NE(about_half[0].find(op), std::string::npos) << op;
+  EXPECT_NE(about_half[0].find("\"bf16\": {\"enabled\": true}"), std::string::npos);
+  EXPECT_NE(about_half[0].find("CUDA"), std::string::npos);
+
+  ::testing::internal::CaptureStderr();  // bf16 on the CPU: nothing to warn about
+  {
+    Elementwise model;
+    auto engine = initialize(model, Config::from_string(R"({"train_batch_size": 2,
+        "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})"));
+  }
+  const std::string bf16_printed = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(bf16_printed.find("Half"), std::string::npos) << bf16_printed;
 }
 
 }  // namespace
