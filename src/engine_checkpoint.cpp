@@ -62,6 +62,11 @@ detail::NamedTensors named(const std::vector<std::string>& names,
   return out;
 }
 
+// The process group a save's or a load's phases agree over: none on one rank.
+std::shared_ptr<distributed::Context> checkpoint_context(const BatchSizes& sizes) {
+  return sizes.world_size > 1 ? distributed::default_context() : nullptr;
+}
+
 }  // namespace
 
 detail::SharedState Engine::State::shared_state(const ClientState& client_state) const {
@@ -120,8 +125,7 @@ detail::RankWindow Engine::State::rank_window() const {
 }
 
 std::string Engine::State::save_checkpoint(const std::string& dir, const SaveOptions& options) {
-  const auto context =
-      accumulator_.sizes().world_size > 1 ? distributed::default_context() : nullptr;
+  const auto context = checkpoint_context(accumulator_.sizes());
   detail::SaveSource source;
   source.window = [&] { return rank_window(); };
   source.shared = [&] { return shared_state(options.client_state()); };
@@ -134,8 +138,7 @@ std::string Engine::State::save_checkpoint(const std::string& dir, const SaveOpt
 
 LoadedCheckpoint Engine::State::load_checkpoint(const std::string& dir,
                                                 const LoadOptions& options) {
-  const auto context =
-      accumulator_.sizes().world_size > 1 ? distributed::default_context() : nullptr;
+  const auto context = checkpoint_context(accumulator_.sizes());
   const detail::Setup setup{accumulator_.sizes().world_size, accumulator_.gas(),
                             precision_->name()};
   detail::LoadPlan plan;
@@ -247,8 +250,10 @@ void Engine::State::apply_load(const detail::ReadCheckpoint& c, detail::LoadPlan
     global_grad_norm_ = c.shared.global_grad_norm;
     window_losses_ = {};
     if (c.continue_window) window_losses_.current = c.window->window_losses;
-    if (c.window) window_losses_.last = c.window->last_window_losses;
-    if (c.window) window_losses_.last_factor = c.window->last_window_factor;
+    if (c.window) {
+      window_losses_.last = c.window->last_window_losses;
+      window_losses_.last_factor = c.window->last_window_factor;
+    }
     reducer_->restore_grads();  // W > 1: into the buckets (NOTE: [bucket views])
   }
   // The load changed weights and gradients on purpose: the guard rails start afresh.

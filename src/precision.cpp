@@ -3,6 +3,7 @@
 
 #include "check.h"
 #include "fused.h"
+#include "option_checks.h"
 #include "precision_policy.h"
 
 #include <torch/torch.h>
@@ -136,11 +137,11 @@ void warn_about_half_on_cpu(const std::vector<torch::Tensor>& params) {
   const bool on_cpu =
       std::any_of(params.begin(), params.end(), [](const auto& p) { return p.is_cpu(); });
   if (!on_cpu) return;
-  const auto missing = half_ops_missing_on_cpu();
+  // What this LibTorch's kernels can do does not change while it runs: probed once.
+  static const std::vector<std::string> missing = half_ops_missing_on_cpu();
   if (missing.empty()) return;
-  std::string names;
-  for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m;
-  TORCH_WARN("fp16 with parameters on the CPU: this LibTorch has no Half CPU kernels for: ", names,
+  TORCH_WARN("fp16 with parameters on the CPU: this LibTorch has no Half CPU kernels for: ",
+             detail::join(missing),
              ", so a model that uses one fails in forward() (\"... not implemented for 'Half'\"). "
              "On the CPU train in bf16 (\"bf16\": {\"enabled\": true}); fp16 needs the model "
              "on CUDA");
