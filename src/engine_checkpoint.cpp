@@ -14,6 +14,7 @@
 #include "checkpoint/load_checks.h"
 #include "checkpoint/optimizer.h"
 #include "checkpoint/protocol.h"
+#include "checkpoint/rng.h"
 #include "engine_state.h"
 #include "leftover_checks.h"
 #include "lr_schedules_detail.h"
@@ -34,6 +35,7 @@ struct LoadPlan {
   bool load_scheduler = false;
   bool load_scaler = false;
   AccumulatorState counters;
+  std::optional<RngState> rng;
 };
 
 }  // namespace detail
@@ -121,6 +123,7 @@ detail::RankWindow Engine::State::rank_window() const {
   w.window_losses = window_losses_.current;
   w.last_window_losses = window_losses_.last;
   w.last_window_factor = window_losses_.last_factor;
+  w.rng = detail::capture_rng();
   return w;
 }
 
@@ -165,6 +168,10 @@ void Engine::State::plan_load(const detail::ReadCheckpoint& c, const LoadOptions
   plan.load_scaler = precision_->scaler() != nullptr && c.shared.loss_scaler;
   plan.counters = counters_after_load(c);
   if (options.load_optimizer_states()) plan_optimizer_load(c, model, plan);
+  if (options.load_rng_state() && c.window && c.window->rng) {
+    detail::check_rng_fits(*c.window->rng, c.window_file);
+    plan.rng = c.window->rng;
+  }
 }
 
 AccumulatorState Engine::State::counters_after_load(const detail::ReadCheckpoint& c) const {
@@ -255,6 +262,7 @@ void Engine::State::apply_load(const detail::ReadCheckpoint& c, detail::LoadPlan
       window_losses_.last_factor = c.window->last_window_factor;
     }
     reducer_->restore_grads();  // W > 1: into the buckets (NOTE: [bucket views])
+    if (plan.rng) detail::restore_rng(*plan.rng);
   }
   // The load changed weights and gradients on purpose: the guard rails start afresh.
   leftover_checks_ = std::make_unique<detail::LeftoverChecks>(

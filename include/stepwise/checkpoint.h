@@ -14,7 +14,8 @@
 // scheduler position, loss scaler, counters, the window's size, config and client state),
 // `optimizer_states.pt` (rank 0: the optimizer, a LibTorch archive streamed to disk) and
 // one `window_rank_<r>.pt` per rank (that rank's gradients of the window in progress, not
-// yet reduced, its window losses and its loss of the last window). The .pt files other than the
+// yet reduced, its window losses, its loss of the last window and its random generators'
+// state). The .pt files other than the
 // optimizer's are pickled dicts of tensors and scalars that Python's torch.load reads; each file
 // has a `.sum` sidecar (size, hash).
 // `<dir>/latest` names the newest tag. A save writes the folder under a temporary name and renames
@@ -32,7 +33,7 @@
 
 namespace stepwise {
 
-/// What the caller saves with a checkpoint (epoch, data position, RNG state): string
+/// What the caller saves with a checkpoint (epoch, data position): string
 /// keys, IValue values (tensors, ints, doubles, strings, lists, dicts).
 using ClientState = std::map<std::string, c10::IValue>;
 
@@ -76,6 +77,11 @@ struct LoadOptions {
   /// Continue the window in progress (its gradients and counters). false: DeepSpeed's
   /// behaviour, the pending micro-batches are dropped and the window starts again.
   TORCH_ARG(bool, load_window) = true;
+  /// Set this rank's random generators (the CPU's, and each CUDA device's) to their state
+  /// at the save, so dropout and random sampling continue as if the run had not stopped.
+  /// false: the process keeps its own generators. A rank the saving run did not have (a
+  /// larger world size, at a boundary) keeps its own either way.
+  TORCH_ARG(bool, load_rng_state) = true;
   /// Load the model's weights only: no optimizer, scheduler, loss scale, counters or
   /// window in progress (fine-tuning from a checkpoint).
   TORCH_ARG(bool, load_module_only) = false;

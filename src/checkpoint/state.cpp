@@ -197,6 +197,12 @@ c10::IValue to_ivalue(const RankWindow& window) {
   d.insert("window_losses", c10::List<at::Tensor>(window.window_losses));
   d.insert("last_window_losses", c10::List<at::Tensor>(window.last_window_losses));
   d.insert("last_window_factor", window.last_window_factor);
+  if (window.rng) {
+    Dict rng = new_dict();
+    rng.insert("cpu", window.rng->cpu);
+    rng.insert("cuda", c10::List<at::Tensor>(window.rng->cuda));
+    d.insert("rng", rng);
+  }
   return d;
 }
 
@@ -216,6 +222,11 @@ RankWindow rank_window_from(const c10::IValue& value, const std::string& file) {
     w.window_losses = tensors(entry(d, "window_losses", file));
     w.last_window_losses = tensors(entry(d, "last_window_losses", file));
     w.last_window_factor = entry(d, "last_window_factor", file).toDouble();
+    const auto rng = d.find(c10::IValue(std::string("rng")));
+    if (rng != d.end()) {
+      const Dict r = rng->value().toGenericDict();
+      w.rng = RngState{entry(r, "cpu", file).toTensor(), tensors(entry(r, "cuda", file))};
+    }
     return w;
   });
 }

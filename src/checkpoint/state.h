@@ -9,6 +9,8 @@
 #include <stepwise/checkpoint.h>
 #include <stepwise/loss_scaler.h>
 
+#include "checkpoint/rng.h"
+
 #include <optional>
 #include <string>
 #include <utility>
@@ -81,6 +83,8 @@ struct RankWindow {
   /// This rank's loss of the last finished window (window_loss()) and its factor.
   std::vector<torch::Tensor> last_window_losses;
   double last_window_factor = 1.0;
+  /// The rank's generators when it saved (absent: the file holds none, nothing to restore).
+  std::optional<RngState> rng;
 };
 
 /// What a file holds, to be pickled.

@@ -319,9 +319,15 @@ int run_checkpoint(const std::string& dir) {
           auto first = stepwise::initialize(first_model, config);
           train_scale(first_model, first, precision, 0, k);
           first.save_checkpoint(dir, stepwise::SaveOptions().tag(tag));
+          // This rank's generator at the save (train_scale seeds it by rank), then another.
+          const auto saved_rng = at::detail::getDefaultCPUGenerator().get_state();
+          torch::manual_seed(999);
           Scale resumed_model;
           auto resumed = stepwise::initialize(resumed_model, config);
           resumed.load_checkpoint(dir);
+          check(torch::equal(at::detail::getDefaultCPUGenerator().get_state(), saved_rng),
+                c10::str("rank ", rank, ", ", tag,
+                         ": the load did not restore this rank's CPU generator"));
           train_scale(resumed_model, resumed, precision, k, total);
           const std::string where = c10::str("rank ", rank, ", ", tag, ": ");
           bool same = torch::equal(resumed_model->w, whole_model->w) &&
