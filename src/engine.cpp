@@ -7,6 +7,7 @@
 #include "check.h"
 #include "engine_state.h"
 #include "leftover_checks.h"
+#include "param_groups.h"
 
 #include <iomanip>
 #include <iostream>
@@ -178,6 +179,21 @@ const distributed::GradientReducer& Engine::gradient_reducer() const { return *s
 Engine initialize(std::shared_ptr<torch::nn::Module> model, Config config,
                   std::unique_ptr<torch::optim::Optimizer> optimizer,
                   std::unique_ptr<torch::optim::LRScheduler> lr_scheduler) {
+  return Engine(std::move(model), std::move(config), std::move(optimizer), std::move(lr_scheduler));
+}
+
+Engine initialize(std::shared_ptr<torch::nn::Module> model, Config config,
+                  std::vector<ParamGroup> param_groups,
+                  std::unique_ptr<torch::optim::LRScheduler> lr_scheduler) {
+  STEPWISE_CHECK(config.optimizer.has_value(), ConfigError,
+                 "parameter groups were given, but the config has no \"optimizer\" section to "
+                 "build over them: add one (for example {\"type\": \"AdamW\", \"params\": "
+                 "{\"lr\": 0.001}}), or build your optimizer over the groups and pass it instead");
+  detail::check_param_groups(non_null(model), param_groups);
+  // Built here, over the model's parameters in groups, the engine adopts it as it adopts a
+  // client's: under fp16/bf16 each parameter becomes its fp32 master, in its group.
+  auto optimizer = make_optimizer(*config.optimizer, param_groups);
+  config.optimizer.reset();
   return Engine(std::move(model), std::move(config), std::move(optimizer), std::move(lr_scheduler));
 }
 

@@ -15,15 +15,23 @@ namespace stepwise {
 
 FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions options,
                        bool decoupled)
-    : torch::optim::Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
-                              std::make_unique<torch::optim::AdamWOptions>(options)),
+    : FusedAdamW({torch::optim::OptimizerParamGroup(std::move(params))}, options, decoupled) {}
+
+FusedAdamW::FusedAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
+                       torch::optim::AdamWOptions defaults, bool decoupled)
+    : torch::optim::Optimizer(std::move(groups),
+                              std::make_unique<torch::optim::AdamWOptions>(defaults)),
       decoupled_(decoupled) {
-  STEPWISE_CHECK(!options.amsgrad(), std::invalid_argument,
-                 "FusedAdamW does not implement amsgrad; use torch::optim::AdamW (in a config: "
-                 "\"torch_adam\": true)");
-  STEPWISE_CHECK(options.lr() >= 0.0, std::invalid_argument, "FusedAdamW: lr is ", options.lr(),
-                 "; use a learning rate >= 0");
-  const auto& all = param_groups_.front().params();
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    const auto& options =
+        static_cast<const torch::optim::AdamWOptions&>(param_groups_[g].options());
+    STEPWISE_CHECK(!options.amsgrad(), std::invalid_argument,
+                   "FusedAdamW does not implement amsgrad; use torch::optim::AdamW (in a config: "
+                   "\"torch_adam\": true)");
+    STEPWISE_CHECK(options.lr() >= 0.0, std::invalid_argument, "FusedAdamW: lr is ", options.lr(),
+                   " in parameter group ", g, "; use a learning rate >= 0");
+  }
+  const auto all = all_params();
   for (size_t i = 0; i < all.size(); ++i) {
     STEPWISE_CHECK(all[i].is_contiguous(), std::invalid_argument, "FusedAdamW: parameter ", i,
                    " is not contiguous; the fused update writes parameters in place");

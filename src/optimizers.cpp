@@ -49,50 +49,114 @@ void validate(const OptimizerOptions& options) {
                         "\"torch_adam\": true (or drop amsgrad)");
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
-                                                        std::vector<torch::Tensor> params) {
-  validate(options);
-  const auto betas = std::make_tuple(options.betas()[0], options.betas()[1]);
-  // NOTE: [fused by device] "Adam"/"AdamW" use FusedAdamW when asked (torch_adam false)
-  // or, unset, when the parameters are on CUDA (one kernel for all parameters, as
-  // DeepSpeed's FusedAdam); on CPU LibTorch's optimizers stay the default.
-  const bool on_cuda = !params.empty() && params.front().is_cuda();
-  const bool fused = !options.amsgrad() && !options.torch_adam().value_or(!on_cuda);
-  if (fused && (options.type() == "Adam" || options.type() == "AdamW")) {
-    const bool decoupled = options.type() == "AdamW" || options.adam_w_mode();
-    return std::make_unique<FusedAdamW>(std::move(params),
-                                        torch::optim::AdamWOptions(options.lr())
-                                            .betas(betas)
-                                            .eps(options.eps())
-                                            .weight_decay(options.weight_decay()),
-                                        decoupled);
-  }
+namespace {
+
+// Which optimizer a section builds. NOTE: [fused by device] "Adam"/"AdamW" use FusedAdamW
+// when asked (torch_adam false) or, unset, when the parameters are on CUDA (one kernel for
+// all parameters, as DeepSpeed's FusedAdam); on CPU LibTorch's optimizers stay the default.
+enum class Kind { kFused, kAdamW, kAdam, kSGD };
+
+Kind kind_of(const OptimizerOptions& options, bool on_cuda) {
+  const bool adam = options.type() == "Adam" || options.type() == "AdamW";
+  if (adam && !options.amsgrad() && !options.torch_adam().value_or(!on_cuda)) return Kind::kFused;
   // see NOTE: [Adam means AdamW]
   if (options.type() == "AdamW" || (options.type() == "Adam" && options.adam_w_mode())) {
-    return std::make_unique<torch::optim::AdamW>(std::move(params),
-                                                 torch::optim::AdamWOptions(options.lr())
-                                                     .betas(betas)
-                                                     .eps(options.eps())
-                                                     .weight_decay(options.weight_decay())
-                                                     .amsgrad(options.amsgrad()));
+    return Kind::kAdamW;
   }
-  if (options.type() == "Adam") {
-    return std::make_unique<torch::optim::Adam>(std::move(params),
-                                                torch::optim::AdamOptions(options.lr())
-                                                    .betas(betas)
-                                                    .eps(options.eps())
-                                                    .weight_decay(options.weight_decay())
-                                                    .amsgrad(options.amsgrad()));
+  if (options.type() == "Adam") return Kind::kAdam;
+  TORCH_INTERNAL_ASSERT(options.type() == "SGD", "validate() let optimizer type \"", options.type(),
+                        "\" through");
+  return Kind::kSGD;
+}
+
+// LibTorch's options of that optimizer, from a section's (a group's, merged).
+template <typename AdamOrAdamW>
+AdamOrAdamW adam_options(const OptimizerOptions& o) {
+  return AdamOrAdamW(o.lr())
+      .betas(std::make_tuple(o.betas()[0], o.betas()[1]))
+      .eps(o.eps())
+      .weight_decay(o.weight_decay())
+      .amsgrad(o.amsgrad());
+}
+
+torch::optim::SGDOptions sgd_options(const OptimizerOptions& o) {
+  return torch::optim::SGDOptions(o.lr())
+      .momentum(o.momentum())
+      .dampening(o.dampening())
+      .weight_decay(o.weight_decay())
+      .nesterov(o.nesterov());
+}
+
+std::unique_ptr<torch::optim::OptimizerOptions> torch_options(Kind kind,
+                                                              const OptimizerOptions& o) {
+  switch (kind) {
+    case Kind::kFused:
+    case Kind::kAdamW:
+      return std::make_unique<torch::optim::AdamWOptions>(
+          adam_options<torch::optim::AdamWOptions>(o));
+    case Kind::kAdam:
+      return std::make_unique<torch::optim::AdamOptions>(
+          adam_options<torch::optim::AdamOptions>(o));
+    case Kind::kSGD:
+      return std::make_unique<torch::optim::SGDOptions>(sgd_options(o));
   }
-  if (options.type() == "SGD") {
-    return std::make_unique<torch::optim::SGD>(std::move(params),
-                                               torch::optim::SGDOptions(options.lr())
-                                                   .momentum(options.momentum())
-                                                   .dampening(options.dampening())
-                                                   .weight_decay(options.weight_decay())
-                                                   .nesterov(options.nesterov()));
+  TORCH_INTERNAL_ASSERT(false, "unknown optimizer kind");
+}
+
+// A group's options: the section's, with the group's own set over them.
+OptimizerOptions merged(const OptimizerOptions& section, const ParamGroup& group) {
+  OptimizerOptions o = section;
+  if (group.lr()) o.lr(*group.lr());
+  if (group.weight_decay()) o.weight_decay(*group.weight_decay());
+  if (group.betas()) o.betas(*group.betas());
+  if (group.eps()) o.eps(*group.eps());
+  if (group.momentum()) o.momentum(*group.momentum());
+  return o;
+}
+
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
+                                                        std::vector<torch::Tensor> params) {
+  return make_optimizer(options, {ParamGroup(std::move(params))});
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
+                                                        const std::vector<ParamGroup>& groups) {
+  validate(options);
+  bool on_cuda = false;
+  for (const auto& group : groups) {
+    if (!group.params.empty()) {
+      on_cuda = group.params.front().is_cuda();
+      break;
+    }
   }
-  TORCH_INTERNAL_ASSERT(false, "validate() let optimizer type \"", options.type(), "\" through");
+  const Kind kind = kind_of(options, on_cuda);
+  std::vector<torch::optim::OptimizerParamGroup> torch_groups;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const OptimizerOptions group_options = merged(options, groups[g]);
+    try {
+      validate(group_options);
+    } catch (const ConfigError& e) {
+      throw ConfigError(c10::str("parameter group ", g, ": ", e.what()));
+    }
+    torch_groups.emplace_back(groups[g].params, torch_options(kind, group_options));
+  }
+  switch (kind) {
+    case Kind::kFused:
+      return std::make_unique<FusedAdamW>(std::move(torch_groups),
+                                          adam_options<torch::optim::AdamWOptions>(options),
+                                          options.type() == "AdamW" || options.adam_w_mode());
+    case Kind::kAdamW:
+      return std::make_unique<torch::optim::AdamW>(
+          std::move(torch_groups), adam_options<torch::optim::AdamWOptions>(options));
+    case Kind::kAdam:
+      return std::make_unique<torch::optim::Adam>(std::move(torch_groups),
+                                                  adam_options<torch::optim::AdamOptions>(options));
+    case Kind::kSGD:
+      return std::make_unique<torch::optim::SGD>(std::move(torch_groups), sgd_options(options));
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown optimizer kind");
 }
 
 }  // namespace stepwise

@@ -22,6 +22,7 @@
 #include <stepwise/checkpoint.h>
 #include <stepwise/config.h>
 #include <stepwise/errors.h>
+#include <stepwise/optimizers.h>
 
 #include <torch/arg.h>
 #include <torch/nn/module.h>
@@ -208,6 +209,26 @@ Engine initialize(const torch::nn::ModuleHolder<ModuleImpl>& model, Config confi
                   std::unique_ptr<torch::optim::Optimizer> optimizer = nullptr,
                   std::unique_ptr<torch::optim::LRScheduler> lr_scheduler = nullptr) {
   return initialize(model.ptr(), std::move(config), std::move(optimizer), std::move(lr_scheduler));
+}
+
+/// Creates an engine whose optimizer is the config's `"optimizer"` section built over
+/// `param_groups`, one LibTorch parameter group each, with the group's own options set
+/// over the section's (DeepSpeed's `model_parameters` as a list of dicts). Every
+/// parameter of `model` that requires grad must be in exactly one group
+/// (weight_decay_groups() makes the usual split); ConfigError naming the parameter
+/// otherwise, or when the config has no optimizer section. Under fp16/bf16 the groups
+/// hold the fp32 master weights, as a client optimizer's do.
+Engine initialize(std::shared_ptr<torch::nn::Module> model, Config config,
+                  std::vector<ParamGroup> param_groups,
+                  std::unique_ptr<torch::optim::LRScheduler> lr_scheduler = nullptr);
+
+/// Overload for module holders, with parameter groups.
+template <typename ModuleImpl>
+Engine initialize(const torch::nn::ModuleHolder<ModuleImpl>& model, Config config,
+                  std::vector<ParamGroup> param_groups,
+                  std::unique_ptr<torch::optim::LRScheduler> lr_scheduler = nullptr) {
+  return initialize(model.ptr(), std::move(config), std::move(param_groups),
+                    std::move(lr_scheduler));
 }
 
 }  // namespace stepwise

@@ -42,6 +42,9 @@ class FusedAdamW : public torch::optim::Optimizer, public WritesModelCopies, pub
   /// non-contiguous parameter.
   explicit FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions options = {},
                       bool decoupled = true);
+  /// The same over parameter groups: a group without options has `defaults`.
+  FusedAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
+             torch::optim::AdamWOptions defaults, bool decoupled = true);
 
   /// One update of every parameter with a gradient; parameters without one are skipped
   /// (their step count does not advance), as in torch::optim::AdamW.

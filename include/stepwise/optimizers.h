@@ -14,6 +14,7 @@
 #pragma once
 
 #include <torch/arg.h>
+#include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
 #include <array>
@@ -66,5 +67,43 @@ void validate(const OptimizerOptions& options);
 /// Builds the optimizer `options` describes over `params`, after validate(options).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
                                                         std::vector<torch::Tensor> params);
+
+/// One parameter group: its parameters and the options it sets over the optimizer's
+/// (DeepSpeed's `model_parameters` as a list of dicts, `{"params": [...],
+/// "weight_decay": 0.0}`). An unset option is the optimizer section's.
+struct ParamGroup {
+  /// A group of `params`, with the section's options until one is set.
+  explicit ParamGroup(std::vector<torch::Tensor> params = {}) : params(std::move(params)) {}
+  /// The group's parameters.
+  std::vector<torch::Tensor> params;
+  /// The group's learning rate. A config schedule sets every group's lr to the
+  /// schedule's, as DeepSpeed's schedules do.
+  TORCH_ARG(std::optional<double>, lr) = std::nullopt;
+  /// The group's weight decay (0: the group does not decay).
+  TORCH_ARG(std::optional<double>, weight_decay) = std::nullopt;
+  /// Adam/AdamW: the group's (beta1, beta2).
+  TORCH_ARG(std::optional<OptimizerOptions::Betas>, betas) = std::nullopt;
+  /// Adam/AdamW: the group's eps.
+  TORCH_ARG(std::optional<double>, eps) = std::nullopt;
+  /// SGD: the group's momentum.
+  TORCH_ARG(std::optional<double>, momentum) = std::nullopt;
+};
+
+/// Builds the optimizer `options` describes with one LibTorch parameter group per
+/// group, each with `options` and the group's own options set over them. Throws
+/// ConfigError naming the group and the option for a value out of range (validate()).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
+                                                        const std::vector<ParamGroup>& groups);
+
+/// The usual split for weight decay (transformers' Trainer makes the same): the
+/// parameters that decay, with the optimizer's weight_decay, and then those that do not
+/// (weight_decay 0): every bias (a parameter named "bias") and every parameter of a
+/// normalization module. A module is one when its class name, without namespace and
+/// "Impl", ends in "Norm" or "Norm1d" to "Norm3d" in any case (LibTorch's LayerNorm,
+/// GroupNorm, BatchNorm and InstanceNorm; your RMSNorm), or when its name in its parent
+/// is "norm", ends in "_norm" or contains "layernorm" or "rmsnorm" (transformers' rule).
+/// Embeddings decay. Parameters that do not require grad are left out, and so is a group
+/// that would be empty.
+std::vector<ParamGroup> weight_decay_groups(const torch::nn::Module& model);
 
 }  // namespace stepwise
