@@ -24,6 +24,7 @@ using detail::join;
 using detail::ObjectReader;
 using detail::parse_bf16;
 using detail::parse_checkpoint;
+using detail::parse_csv_monitor;
 using detail::parse_fp16;
 using detail::parse_zero;
 using detail::parse_zero_legacy;
@@ -238,6 +239,9 @@ Config Config::from_json(const nlohmann::json& given, const AutoValues& auto_val
   problems.guard([&] {
     if (auto o = r.object("checkpoint")) parse_checkpoint(*o, out.checkpoint, notes);
   });
+  problems.guard([&] {
+    if (auto o = r.object("csv_monitor")) parse_csv_monitor(*o, out.csv_monitor);
+  });
   detail::read_features(r, "", notes);
   r.finish();
   problems.throw_if_any();
@@ -254,7 +258,8 @@ const std::vector<ConfigKey>& config_keys() {
                                            {"bf16", nlohmann::json::object()},
                                            {"zero_optimization", nlohmann::json::object()},
                                            {"stepwise", nlohmann::json::object()},
-                                           {"checkpoint", nlohmann::json::object()}}};
+                                           {"checkpoint", nlohmann::json::object()},
+                                           {"csv_monitor", nlohmann::json::object()}}};
     for (const auto& type : supported_optimizer_types()) {
       probes.push_back({{"optimizer", {{"type", type}}}});
     }

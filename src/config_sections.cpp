@@ -97,6 +97,13 @@ void parse_checkpoint(ObjectReader r, CheckpointOptions& out, std::vector<std::s
                                        : TagValidation::kWarn);
 }
 
+void parse_csv_monitor(ObjectReader r, CsvMonitorOptions& out) {
+  r.get("enabled", out.enabled());
+  r.get("output_path", out.output_path());
+  r.get("job_name", out.job_name());
+  r.finish();
+}
+
 void parse_bf16(ObjectReader r, bool& enabled, std::vector<std::string>& notes) {
   r.get("enabled", enabled);
   read_features(r, "bf16", notes);

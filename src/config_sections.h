@@ -36,4 +36,7 @@ void parse_zero_legacy(bool enabled, Config& out);
 /// "checkpoint": tag validation, and the checkpoint features DeepSpeed has.
 void parse_checkpoint(ObjectReader r, CheckpointOptions& out, std::vector<std::string>& notes);
 
+/// "csv_monitor": enabled, output_path, job_name.
+void parse_csv_monitor(ObjectReader r, CsvMonitorOptions& out);
+
 }  // namespace stepwise::detail

@@ -39,9 +39,11 @@ const std::vector<DeepSpeedFeature>& deepspeed_features(const std::string& secti
             "with wall_clock_breakdown"},
            {"flops_profiler", "enabled", WhenOn::kNote, "stepwise has no FLOPs profiler"},
            {"tensorboard", "enabled", WhenOn::kNote,
-            "stepwise writes no TensorBoard events; the progress line goes to stderr"},
-           {"wandb", "enabled", WhenOn::kNote, "stepwise does not report to Weights & Biases"},
-           {"csv_monitor", "enabled", WhenOn::kNote, "stepwise writes no CSV monitor files"},
+            "stepwise writes no TensorBoard events; \"csv_monitor\" writes the same events "
+            "(train_loss, lr, loss_scale) as CSV files"},
+           {"wandb", "enabled", WhenOn::kNote,
+            "stepwise does not report to Weights & Biases; \"csv_monitor\" writes the same "
+            "events (train_loss, lr, loss_scale) as CSV files"},
            {"autotuning", "enabled", WhenOn::kNote,
             "autotuning is run by DeepSpeed's launcher, which stepwise does not have"},
            {"eigenvalue", "enabled", WhenOn::kNote,

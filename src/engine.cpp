@@ -65,6 +65,18 @@ std::string describe(const torch::Tensor& loss) {
                   loss.requires_grad() ? " that requires grad" : " that does not require grad");
 }
 
+// The run's optimizer steps, where the config's schedule says (for the progress line's ETA).
+std::optional<int64_t> planned_steps(const Config& config) {
+  if (!config.scheduler) return std::nullopt;
+  if (const auto* o = std::get_if<WarmupDecayLROptions>(&*config.scheduler)) {
+    return o->total_num_steps();
+  }
+  if (const auto* o = std::get_if<WarmupCosineLROptions>(&*config.scheduler)) {
+    return o->total_num_steps();
+  }
+  return std::nullopt;
+}
+
 // Where the model's parameters are (the CPU for a model without any, or none: the
 // constructor's checks name that).
 torch::Device params_device(const torch::nn::Module* model) {
@@ -111,6 +123,16 @@ Engine::State::State(std::shared_ptr<torch::nn::Module> model, Config config,
     scheduler_ = make_scheduler(*config_.scheduler, *optimizer_);
   }
   if (scheduler_) scheduler_steps_at_start_ = scheduler_step_count(*scheduler_);
+  const int64_t world_size = accumulator_.sizes().world_size;
+  detail::AllReduceSum all_reduce_sum;
+  if (world_size > 1) {
+    all_reduce_sum = [](torch::Tensor& t) {
+      distributed::default_context()->all_reduce_sum(t, "the progress line's loss and tokens");
+    };
+  }
+  monitor_ = std::make_unique<detail::Monitor>(config_.csv_monitor, config_.steps_per_print,
+                                               distributed::rank() == 0, planned_steps(config_),
+                                               std::move(all_reduce_sum), world_size);
   leftover_checks_ = std::make_unique<detail::LeftoverChecks>(
       config_.guard_rails, detail::trainable_names(*model_), precision_->model_params(),
       precision_->optimizer_params());
@@ -205,6 +227,8 @@ torch::Tensor Engine::State::backward(const torch::Tensor& loss, const BackwardO
                  "requires grad (the mean over the micro-batch), got ",
                  describe(loss),
                  (loss.defined() && loss.dim() > 0 ? "; reduce it first, e.g. loss.mean()" : ""));
+  STEPWISE_CHECK(options.tokens() >= 0, UsageError, "BackwardOptions().tokens(", options.tokens(),
+                 "): a micro-batch's token count is >= 0 (0: not reported)");
   leftover_checks_->before_backward(accumulator_.micro_steps());
   const bool scale = options.scale_wrt_gas().value_or(accumulator_.options().scale_wrt_gas());
   accumulator_.on_backward(scale);
@@ -221,6 +245,7 @@ torch::Tensor Engine::State::backward(const torch::Tensor& loss, const BackwardO
   backward_time_ += Clock::now() - start;
   scaled = scaled.detach();
   window_losses_.add(scaled);
+  monitor_->on_backward(options.tokens());
   return scaled;
 }
 
@@ -337,18 +362,23 @@ void Engine::State::boundary_step(int64_t samples, double grad_factor, bool ends
     accumulator_.on_boundary(skip, samples);
   }
   step_time_ += Clock::now() - start;
-  if (accumulator_.global_steps() % config_.steps_per_print == 0) print_progress();
+  detail::StepReport report;
+  report.global_steps = accumulator_.global_steps();
+  report.global_samples = accumulator_.global_samples();
+  report.skipped_steps = accumulator_.skipped_steps();
+  report.loss = window_losses_.last_loss();
+  report.lrs = get_lr();
+  report.grad_norm = global_grad_norm_;
+  if (precision_->scaler() != nullptr) report.loss_scale = precision_->loss_scale();
+  const std::string line = monitor_->on_step(std::move(report));
+  if (!line.empty()) print_progress(line);
 }
 
 std::vector<double> Engine::State::get_lr() const { return current_lrs(*optimizer_); }
 
-void Engine::State::print_progress() const {
+void Engine::State::print_progress(const std::string& monitor_line) const {
   std::ostringstream line;
-  line << "[stepwise] step=" << accumulator_.global_steps()
-       << " skipped=" << accumulator_.skipped_steps()
-       << " samples=" << accumulator_.global_samples() << " lr=";
-  for (double lr : get_lr()) line << lr << " ";
-  line << "grad_norm=" << global_grad_norm_;
+  line << monitor_line;
   if (accumulator_.global_steps() == config_.steps_per_print &&
       accumulator_.sizes().world_size > 1) {
     // The first line says how the ranks talk (the backend follows the device if unset).

@@ -7,6 +7,7 @@
 #include "gradient_reducer.h"
 
 #include "accumulator.h"
+#include "monitor.h"
 #include "precision_policy.h"
 #include "window_losses.h"
 
@@ -48,7 +49,7 @@ struct Engine::State {
   void boundary_step(int64_t samples, double grad_factor, bool ends_early);
   void check_before_step(bool boundary);
   void check_scheduler_not_stepped_elsewhere() const;
-  void print_progress() const;
+  void print_progress(const std::string& line) const;
 
   // The engine's side of a checkpoint (src/checkpoint/ runs the save and the load):
   // what it saves, how a read checkpoint fits it (before anything changes), and the apply.
@@ -79,6 +80,7 @@ struct Engine::State {
   double global_grad_norm_ = 0.0;
   std::chrono::steady_clock::duration backward_time_{};
   std::chrono::steady_clock::duration step_time_{};
+  std::unique_ptr<detail::Monitor> monitor_;
 };
 
 }  // namespace stepwise

@@ -25,6 +25,7 @@
 #include <stepwise/gradient_reducer.h>
 #include <stepwise/guard_rails.h>
 #include <stepwise/lr_schedules.h>
+#include <stepwise/monitor.h>
 #include <stepwise/optimizers.h>
 #include <stepwise/precision.h>
 
@@ -41,9 +42,9 @@ namespace stepwise {
 // NOTE: [components own their options] Each component declares its options in its own
 // header (OptimizerOptions, ScheduleOptions, PrecisionOptions with LossScalerOptions,
 // AccumulationOptions, GuardRailOptions, distributed::ReducerOptions,
-// CheckpointOptions) and is usable without any JSON. The config maps DeepSpeed's keys
-// onto those options, once; nothing but the engine's construction reads a Config.
-// The dependency direction is one way: components -> config -> engine.
+// CheckpointOptions, CsvMonitorOptions) and is usable without any JSON. The config maps DeepSpeed's
+// keys onto those options, once; nothing but the engine's construction reads a Config. The
+// dependency direction is one way: components -> config -> engine.
 
 /// The values that fill HF's `"auto"` placeholders, named after HF's TrainingArguments,
 /// with the meaning the HF Trainer gives each (transformers' integrations/deepspeed.py,
@@ -105,6 +106,8 @@ struct Config {
   distributed::ReducerOptions reducer;
   /// The "checkpoint" section.
   CheckpointOptions checkpoint;
+  /// The "csv_monitor" section.
+  CsvMonitorOptions csv_monitor;
   /// zero_optimization.stage: only 0 is supported.
   int64_t zero_stage = 0;
   /// What the file asks for that has no effect in stepwise (DeepSpeed keys turned on

@@ -47,6 +47,9 @@ class GradientReducer;
 struct BackwardOptions {
   /// Divide the loss by GAS (unset: the config's stepwise.scale_wrt_gas, default true).
   TORCH_ARG(std::optional<bool>, scale_wrt_gas) = std::nullopt;
+  /// The micro-batch's tokens on this rank, for the progress line's tokens/s (summed over
+  /// the ranks at print steps). 0: not reported.
+  TORCH_ARG(int64_t, tokens) = 0;
 };
 
 /// A model, its optimizer and LR scheduler, driven by a DeepSpeed config.

@@ -18,5 +18,6 @@
 #include <stepwise/guard_rails.h>
 #include <stepwise/loss_scaler.h>
 #include <stepwise/lr_schedules.h>
+#include <stepwise/monitor.h>
 #include <stepwise/optimizers.h>
 #include <stepwise/precision.h>

@@ -36,7 +36,8 @@ TEST(Config, ConfigKeysAreTheParsersOwnReads) {
     }
     return ConfigKey{path, "missing", "missing"};
   };
-  EXPECT_EQ(keys.size(), 67u);
+  EXPECT_EQ(keys.size(), 71u);
+  EXPECT_EQ(find("csv_monitor.job_name").default_value, "\"DeepSpeedJobName\"");
   EXPECT_EQ(find("stepwise.check_params_changed").default_value, "true");
   EXPECT_EQ(find("optimizer.params.betas").type, "[number, number]");
   EXPECT_EQ(find("optimizer.params.betas").default_value, "[0.9,0.999]");
@@ -165,7 +166,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "train_batch_size, train_micro_batch_size_per_gpu, "
                   "gradient_accumulation_steps, gradient_clipping, steps_per_print, "
                   "wall_clock_breakdown, prescale_gradients, gradient_predivide_factor, "
-                  "optimizer, scheduler, fp16, bf16, zero_optimization, stepwise, checkpoint"},
+                  "optimizer, scheduler, fp16, bf16, zero_optimization, stepwise, checkpoint, "
+                  "csv_monitor"},
         ErrorCase{"UnsupportedDeepSpeedFeature",
                   R"({"train_batch_size": 8, "pipeline": {"stages": 2}})",
                   "\"pipeline\" (value {\"stages\":2}) is a DeepSpeed feature stepwise does "

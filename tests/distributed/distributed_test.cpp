@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 #include <thread>
 
@@ -154,12 +155,27 @@ std::vector<float> train_in_process(int64_t mbs, int64_t gas, int64_t steps) {
 TEST_F(DataParallel, TwoRanksMatchOneRankWithTheSameGlobalBatch) {
   const std::string out = ::testing::TempDir() + "/stepwise_dp_weights";
   auto ranks = run_ranks(2, {"train", "2", "2", "6", "1000", out}, std::chrono::seconds(120));
+  double losses[2] = {0.0, 0.0};
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
-    EXPECT_NE(ranks[r].output.find("(data parallel: 2 ranks over gloo)"), std::string::npos)
-        << "the first progress line names the backend chosen for CPU parameters\n"
-        << ranks[r].output;
+    const std::string key = "rank " + std::to_string(r) + ": window_loss ";
+    const size_t at = ranks[r].output.find(key);
+    ASSERT_NE(at, std::string::npos) << ranks[r].output;
+    losses[r] = std::stod(ranks[r].output.substr(at + key.size()));
   }
+  EXPECT_NE(ranks[0].output.find("(data parallel: 2 ranks over gloo)"), std::string::npos)
+      << "the first progress line names the backend chosen for CPU parameters\n"
+      << ranks[0].output;
+  EXPECT_EQ(ranks[1].output.find("[stepwise] step="), std::string::npos)
+      << "rank 0 alone prints the progress line\n"
+      << ranks[1].output;
+  // Its loss is the ranks' mean: one all-reduce at the print step.
+  EXPECT_NE(losses[0], losses[1]) << "the ranks' data differ, so must their losses";
+  std::ostringstream mean;
+  mean << std::setprecision(6) << (losses[0] + losses[1]) / 2;
+  EXPECT_NE(ranks[0].output.find("[stepwise] step=6 loss=" + mean.str() + " "), std::string::npos)
+      << "the progress line's loss is the mean over the ranks (" << mean.str() << ")\n"
+      << ranks[0].output;
   const std::string bytes0 = read_file(out + ".0");
   ASSERT_FALSE(bytes0.empty());
   EXPECT_EQ(bytes0, read_file(out + ".1")) << "ranks must end bit-identical";

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <limits>
 #include <string>
@@ -170,6 +171,9 @@ int run_train(int64_t mbs, int64_t gas, int64_t steps, int64_t bucket, const std
     }
   }
   const auto* bucketed = dynamic_cast<const stepwise::distributed::BucketedReducer*>(&reducer);
+  // This rank's loss of the last window: rank 0's progress line shows the ranks' mean.
+  std::cout << "rank " << rank << ": window_loss " << std::setprecision(9)
+            << engine.window_loss().item<double>() << std::endl;
   std::cout << "rank " << rank << ": " << buckets << " buckets, " << reducer.all_reduce_calls()
             << " all-reduce calls in " << steps << " steps, "
             << (bucketed ? bucketed->overlapped_calls() : 0) << " started during backward"
