@@ -18,6 +18,12 @@ speed up exactly the copies that begin with that include and change nothing else
 copy still gets only what it includes, and a copy that lacks an include still fails
 (checked here on every run, with a copy that uses a LibTorch module stepwise.h does not
 include). -Winvalid-pch says so if a .gch is ever not used.
+
+NOTE: [PCH dependencies] A compile that uses a .gch writes a depfile without the headers
+inside it, so ninja alone would not rebuild a copy after an installed header changed, and
+the stale object would link against the new library (a crash, not a compile error). So a
+.gch is rebuilt when any header it was built from is newer (its own depfile lists them),
+and every copy's object depends on the .gch files (OBJECT_DEPENDS).
 """
 import argparse
 import collections
@@ -45,6 +51,10 @@ endforeach()
 foreach(id {failing})
   add_executable(${{id}} EXCLUDE_FROM_ALL ${{id}}.cpp)
   target_link_libraries(${{id}} PRIVATE stepwise::stepwise)
+endforeach()
+# see NOTE: [PCH dependencies]
+foreach(id {runnable} {failing})
+  set_source_files_properties(${{id}}.cpp PROPERTIES OBJECT_DEPENDS "{gchs}")
 endforeach()
 """
 
@@ -95,6 +105,16 @@ def failed_targets(ninja_output):
     return errors
 
 
+def newest_input(depfile, header):
+    """The newest mtime of the headers a .gch was built from (its depfile lists them; the
+    header alone when there is none). see NOTE: [PCH dependencies]"""
+    paths = [header]
+    if depfile.exists():
+        text = depfile.read_text().replace("\\\n", " ")
+        paths += [pathlib.Path(p) for p in text.split(":", 1)[-1].split()]
+    return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
+
+
 def build_pchs(build, pch_dir):
     """Compiles each of PCH_HEADERS to pch_dir/<header>.gch with the consumer project's own
     compile command (compile_commands.json), so GCC accepts it. see NOTE: [first-include PCH]"""
@@ -119,11 +139,13 @@ def build_pchs(build, pch_dir):
             continue
         gch = pch_dir / (header + ".gch")
         gch.parent.mkdir(parents=True, exist_ok=True)
-        command = base + ["-x", "c++-header", str(found[0]), "-o", str(gch)]
+        depfile = gch.with_suffix(".gch.d")
+        command = base + ["-x", "c++-header", str(found[0]), "-o", str(gch),
+                          "-MD", "-MF", str(depfile)]
         stamp = gch.with_suffix(".gch.cmd")
         if gch.exists() and stamp.exists() and stamp.read_text() == shlex.join(command) \
-                and gch.stat().st_mtime > found[0].stat().st_mtime:
-            continue  # up to date (a rerun)
+                and gch.stat().st_mtime > newest_input(depfile, found[0]):
+            continue  # up to date (a rerun): no header it was built from changed
         procs.append((header, gch, stamp, command, subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     for header, gch, stamp, command, proc in procs:
@@ -164,7 +186,8 @@ def main():
         write_if_changed(src / f"{c['target']}.cpp", c["copy"])
     write_if_changed(src / "CMakeLists.txt", CMAKELISTS.format(
         runnable=" ".join(c["target"] for c in runnable),
-        failing=" ".join(c["target"] for c in failing + [probe])))
+        failing=" ".join(c["target"] for c in failing + [probe]),
+        gchs=";".join(str(pch_dir / (h + ".gch")) for h in PCH_HEADERS)))
     flags = f"{args.flags} -I{pch_dir} -Winvalid-pch"
     configure = run(["cmake", "-S", src, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=",
                      f"-DCMAKE_CXX_FLAGS={flags}", f"-DCMAKE_EXE_LINKER_FLAGS={linker_flags()}",
