@@ -366,7 +366,8 @@ void Engine::State::boundary_step(int64_t samples, double grad_factor, bool ends
   report.global_steps = accumulator_.global_steps();
   report.global_samples = accumulator_.global_samples();
   report.skipped_steps = accumulator_.skipped_steps();
-  report.loss = window_losses_.last_loss();
+  report.window_losses = window_losses_.last;
+  report.loss_factor = window_losses_.last_factor;
   report.lrs = get_lr();
   report.grad_norm = global_grad_norm_;
   if (precision_->scaler() != nullptr) report.loss_scale = precision_->loss_scale();

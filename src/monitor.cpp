@@ -3,9 +3,11 @@
 #include <stepwise/errors.h>
 
 #include "check.h"
+#include "window_losses.h"
 
 #include <sys/resource.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -53,6 +55,14 @@ void append_rows(const std::string& folder, const std::string& event,
                  ": check that the folder is writable and the disk has room");
 }
 
+// A step's loss as a 0-dim double tensor on the loss's device (NaN for a step without a
+// backward(), which only a manual boundary with strict_cadence off allows).
+torch::Tensor loss_of(const StepReport& r) {
+  const auto mean = window_mean(r.window_losses, r.loss_factor);
+  if (!mean.defined()) return torch::full({}, std::nan(""), torch::kDouble);
+  return mean.to(torch::kDouble).reshape({});
+}
+
 }  // namespace
 
 Monitor::Monitor(const CsvMonitorOptions& csv, int64_t steps_per_print, bool writes,
@@ -91,7 +101,9 @@ void Monitor::on_backward(int64_t tokens) {
 void Monitor::write_rows() {
   if (!writes_ || !csv_.enabled() || pending_.empty()) return;
   std::vector<torch::Tensor> losses;
-  for (const auto& r : pending_) losses.push_back(r.loss.detach().to(torch::kDouble).reshape({1}));
+  for (const auto& r : pending_) {
+    losses.push_back(loss_of(r).reshape({1}));
+  }
   const auto host = torch::cat(losses).cpu();  // one copy for every pending step
   std::vector<std::pair<int64_t, double>> loss_rows, lr_rows, scale_rows;
   for (size_t i = 0; i < pending_.size(); ++i) {
@@ -113,9 +125,9 @@ std::string Monitor::on_step(StepReport report) {
   if (!print) return "";
   const StepReport last = pending_.back();  // a copy: write_rows() empties pending_
   // The mean loss over the ranks and the tokens of every rank: one all-reduce, one copy.
-  auto totals = torch::stack({last.loss.detach().to(torch::kDouble).reshape({}),
-                              torch::scalar_tensor(static_cast<double>(tokens_),
-                                                   last.loss.options().dtype(torch::kDouble))});
+  const auto loss_now = loss_of(last);
+  auto totals = torch::stack(
+      {loss_now, torch::scalar_tensor(static_cast<double>(tokens_), loss_now.options())});
   if (all_reduce_sum_) all_reduce_sum_(totals);
   const auto host = totals.cpu();
   const double loss = host[0].item<double>() / static_cast<double>(world_size_);

@@ -20,8 +20,11 @@ struct StepReport {
   int64_t global_steps = 0;
   int64_t global_samples = 0;
   int64_t skipped_steps = 0;
-  /// This rank's loss of the window that ended (window_loss()), on the model's device.
-  torch::Tensor loss;
+  /// This rank's losses of the window that ended, as backward() returned them, and their
+  /// factor: window_mean() of them is window_loss(), computed only when it is shown or
+  /// written (NOTE: [monitor syncs]).
+  std::vector<torch::Tensor> window_losses;
+  double loss_factor = 1.0;
   std::vector<double> lrs;
   double grad_norm = 0.0;
   /// fp16 only.

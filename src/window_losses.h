@@ -10,6 +10,13 @@
 
 namespace stepwise::detail {
 
+/// A window's loss from what backward() returned in it: the mean its gradients were (a
+/// float tensor), `losses` summed and multiplied by `factor`; undefined for no losses.
+inline torch::Tensor window_mean(const std::vector<torch::Tensor>& losses, double factor) {
+  if (losses.empty()) return {};
+  return torch::stack(losses).to(torch::kFloat).sum() * factor;
+}
+
 /// This window's losses and the last finished window's, with that window's mean factor.
 struct WindowLosses {
   /// What backward() returned in the window in progress (already divided by GAS).
@@ -30,10 +37,7 @@ struct WindowLosses {
   }
   /// The last window's loss, as the mean its gradients were (a float tensor), or undefined
   /// before the first window ends.
-  torch::Tensor last_loss() const {
-    if (last.empty()) return {};
-    return torch::stack(last).to(torch::kFloat).sum() * last_factor;
-  }
+  torch::Tensor last_loss() const { return window_mean(last, last_factor); }
 };
 
 }  // namespace stepwise::detail

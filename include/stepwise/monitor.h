@@ -11,11 +11,11 @@
 //   // Train_Samples_loss_scale.csv): "step,<name>" then one row per optimizer step, the
 //   // step being global_samples, written by rank 0.
 //
-// NOTE: [monitor syncs] A step that does not print costs the monitor no host sync: the
-// window's loss stays a tensor on the model's device until the next print step, where the
-// pending losses (and the token count) go to the host in one copy, after one all-reduce
-// across the ranks for the progress line's mean loss. The CSV files get their rows then,
-// and when the engine is destroyed.
+// NOTE: [monitor syncs] A step that does not print costs the monitor no host sync and no
+// tensor op: it keeps the handles of the window's losses (tensors on the model's device)
+// until the next print step. There the pending losses (and the token count) go to the
+// host in one copy, after one all-reduce across the ranks for the progress line's mean
+// loss. The CSV files get their rows then, and when the engine is destroyed.
 #pragma once
 
 #include <torch/arg.h>
