@@ -1,0 +1,202 @@
+// A small character-level transformer (causal self-attention, LayerNorm, dropout) trained
+// through stepwise on a text file Debian ships: parameter groups (no weight decay for biases
+// and norms), WarmupDecayLR, clipping, bf16 optional, checkpoints with exact resume (the
+// dropout and the data order come back with the RNG state), and the progress line with
+// tokens/s. One process, or several under tools/launch -n 2.
+//
+//   char_lm [--steps N] [--gas N] [--bf16] [--text FILE] [--save DIR] [--save-every N]
+//           [--csv DIR]
+//
+// Prints "final loss L (started at S)" and exits 1 unless the loss fell below --target.
+#include <stepwise/stepwise.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct Options {
+  int64_t steps = 200;  // optimizer steps
+  int64_t gas = 2;
+  bool bf16 = false;
+  std::string text = "/usr/share/common-licenses/GPL-3";
+  std::string save;  // checkpoint folder: resume from it, save to it
+  int64_t save_every = 50;
+  std::string csv;      // csv_monitor's output_path
+  double target = 2.6;  // the loss to reach (nats per character)
+};
+
+constexpr int64_t kBlock = 32;  // context length
+constexpr int64_t kEmbed = 64;
+constexpr int64_t kHeads = 4;
+constexpr int64_t kLayers = 2;
+constexpr double kDropout = 0.1;
+constexpr int64_t kMicroBatch = 16;  // sequences per micro-batch and rank
+
+struct BlockImpl : torch::nn::Module {
+  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  torch::nn::Linear qkv{nullptr}, proj{nullptr}, up{nullptr}, down{nullptr};
+  torch::nn::Dropout drop{nullptr};
+  BlockImpl() {
+    ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kEmbed})));
+    ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kEmbed})));
+    qkv = register_module("qkv", torch::nn::Linear(kEmbed, 3 * kEmbed));
+    proj = register_module("proj", torch::nn::Linear(kEmbed, kEmbed));
+    up = register_module("up", torch::nn::Linear(kEmbed, 4 * kEmbed));
+    down = register_module("down", torch::nn::Linear(4 * kEmbed, kEmbed));
+    drop = register_module("drop", torch::nn::Dropout(kDropout));
+  }
+  torch::Tensor attention(const torch::Tensor& x) {
+    const int64_t b = x.size(0), t = x.size(1), hd = kEmbed / kHeads;
+    auto parts = qkv(x).split(kEmbed, -1);
+    auto heads = [&](const torch::Tensor& p) { return p.view({b, t, kHeads, hd}).transpose(1, 2); };
+    auto scores = torch::matmul(heads(parts[0]), heads(parts[1]).transpose(-2, -1)) /
+                  std::sqrt(static_cast<double>(hd));
+    auto causal = torch::ones({t, t}, torch::kBool).triu(1).to(x.device());
+    auto weights = drop(torch::softmax(scores.masked_fill(causal, -1e9), -1));
+    auto out = torch::matmul(weights, heads(parts[2])).transpose(1, 2).reshape({b, t, kEmbed});
+    return drop(proj(out));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = x + attention(ln1(x));
+    return x + drop(down(torch::gelu(up(ln2(x)))));
+  }
+};
+TORCH_MODULE(Block);
+
+struct CharLMImpl : torch::nn::Module {
+  torch::nn::Embedding tokens{nullptr}, positions{nullptr};
+  torch::nn::ModuleList blocks;
+  torch::nn::LayerNorm ln_f{nullptr};
+  torch::nn::Linear head{nullptr};
+  explicit CharLMImpl(int64_t vocab) {
+    tokens = register_module("tokens", torch::nn::Embedding(vocab, kEmbed));
+    positions = register_module("positions", torch::nn::Embedding(kBlock, kEmbed));
+    blocks = register_module("blocks", torch::nn::ModuleList());
+    for (int64_t i = 0; i < kLayers; ++i) blocks->push_back(Block());
+    ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kEmbed})));
+    head = register_module("head", torch::nn::Linear(kEmbed, vocab));
+  }
+  torch::Tensor forward(const torch::Tensor& idx) {  // [B, T] -> logits [B, T, vocab]
+    auto pos = torch::arange(idx.size(1), idx.options());
+    auto x = tokens(idx) + positions(pos);
+    for (const auto& block : *blocks) x = block->as<BlockImpl>()->forward(x);
+    return head(ln_f(x));
+  }
+};
+TORCH_MODULE(CharLM);
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("char_lm: cannot read " + path + " (pass --text FILE)");
+  std::stringstream all;
+  all << in.rdbuf();
+  return all.str();
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&] {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (a == "--steps")
+      o.steps = std::stoll(value());
+    else if (a == "--gas")
+      o.gas = std::stoll(value());
+    else if (a == "--bf16")
+      o.bf16 = true;
+    else if (a == "--text")
+      o.text = value();
+    else if (a == "--save")
+      o.save = value();
+    else if (a == "--save-every")
+      o.save_every = std::stoll(value());
+    else if (a == "--csv")
+      o.csv = value();
+    else if (a == "--target")
+      o.target = std::stod(value());
+    else
+      throw std::invalid_argument("unknown option " + a + " (see the comment atop char_lm.cpp)");
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  const std::string text = read_text(o.text);
+  // The vocabulary: the bytes the text uses.
+  std::vector<int64_t> index_of(256, -1);
+  int64_t vocab = 0;
+  for (unsigned char c : text) {
+    if (index_of[c] < 0) index_of[c] = vocab++;
+  }
+  std::vector<int64_t> ids(text.size());
+  for (size_t i = 0; i < text.size(); ++i) ids[i] = index_of[static_cast<unsigned char>(text[i])];
+  const auto data = torch::tensor(ids, torch::kLong);
+
+  torch::manual_seed(0);  // the same initial weights on every rank (rank 0's are broadcast)
+  CharLM model(vocab);
+  const std::string json = c10::str(R"({
+    "train_micro_batch_size_per_gpu": )",
+                                    kMicroBatch, R"(, "gradient_accumulation_steps": )", o.gas, R"(,
+    "gradient_clipping": 1.0, "steps_per_print": 25,
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
+    "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": 3e-3,
+                  "warmup_num_steps": 20, "total_num_steps": )",
+                                    o.steps, R"(, "warmup_type": "linear"}},
+    "bf16": {"enabled": )",
+                                    o.bf16 ? "true" : "false", R"(},
+    "csv_monitor": {"enabled": )",
+                                    o.csv.empty() ? "false" : "true", R"(, "output_path": ")",
+                                    o.csv, R"(", "job_name": "char_lm"}})");
+  auto engine = stepwise::initialize(model, stepwise::Config::from_string(json),
+                                     stepwise::weight_decay_groups(*model));
+  const int64_t rank = stepwise::distributed::rank();
+  torch::manual_seed(1000 + rank);  // each rank its own batches; saved in checkpoints
+  if (!o.save.empty() && std::filesystem::exists(std::filesystem::path(o.save) / "latest")) {
+    engine.load_checkpoint(o.save);  // weights, optimizer, schedule, RNG: exact resume
+    if (rank == 0) std::printf("resumed at step %lld\n", (long long)engine.global_steps());
+  }
+  auto micro_batch = [&] {  // random windows of the text, from the default generator
+    auto starts = torch::randint(data.size(0) - kBlock - 1, {kMicroBatch}, torch::kLong);
+    auto offsets = torch::arange(kBlock + 1, torch::kLong);
+    auto rows = data.index({starts.unsqueeze(1) + offsets});
+    return std::make_pair(rows.narrow(1, 0, kBlock), rows.narrow(1, 1, kBlock));
+  };
+  double first = -1.0, last = 0.0;
+  while (engine.global_steps() < o.steps) {
+    auto [x, y] = micro_batch();
+    auto logits = model->forward(x);
+    auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, vocab}).to(torch::kFloat),
+                                                     y.reshape({-1}));
+    engine.backward(loss, stepwise::BackwardOptions().tokens(x.numel()));
+    engine.step();
+    if (engine.micro_steps() % o.gas == 0) {  // a window ended: an optimizer step
+      last = engine.window_loss().item<double>();
+      if (first < 0) first = last;
+      if (!o.save.empty() && engine.global_steps() % o.save_every == 0) {
+        engine.save_checkpoint(o.save);
+      }
+    }
+  }
+  if (rank == 0) {
+    std::printf("final loss %.4f (started at %.4f) after %lld steps: %s\n", last, first,
+                (long long)engine.global_steps(),
+                last < o.target ? "below the target" : "ABOVE the target");
+  }
+  return last < o.target ? 0 : 1;
+} catch (const std::exception& e) {
+  std::cerr << "char_lm: " << e.what() << "\n";
+  return 2;
+}
