@@ -241,6 +241,75 @@ TEST(Bf16, AClientOptimizerTrainsAsTheConfigsOptimizerDoes) {
   EXPECT_FALSE(torch::equal(configured, reference_linear()->weight)) << "it trained";
 }
 
+// A client optimizer under fp16 steps the masters exactly as the config's optimizer of the
+// same kind does, overflow steps (skipped, the scale halved) included; under bf16 too, for
+// SGD with momentum.
+std::vector<torch::Tensor> masters_after(
+    const std::string& precision, const std::string& optimizer_section,
+    std::unique_ptr<torch::optim::Optimizer> (*client)(std::vector<torch::Tensor>),
+    int64_t* skipped) {
+  auto model = Elementwise();
+  const bool use_client = optimizer_section.empty();
+  auto config = Config::from_string(
+      R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+          "steps_per_print": 1000, "gradient_clipping": 1.0, )" +
+      precision + optimizer_section + "}");
+  auto engine = initialize(
+      model, config,
+      use_client ? client(model->parameters()) : std::unique_ptr<torch::optim::Optimizer>());
+  for (int64_t t = 0; t < 24; ++t) {
+    torch::manual_seed(t);
+    auto x = torch::randn({2, 4});
+    engine.backward(mse(model->forward(x), x.sum(1, true)));
+    engine.step();
+  }
+  if (skipped != nullptr) *skipped = engine.skipped_steps();
+  std::vector<torch::Tensor> out;
+  for (const auto& m : engine.master_params()) out.push_back(m.detach().clone());
+  return out;
+}
+
+void expect_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "master " << i;
+}
+
+TEST(Fp16, AClientAdamWEqualsTheConfigsAdamWThroughOverflowSteps) {
+  // 2^20: the first steps overflow in half and are skipped while the scale halves.
+  const std::string fp16 = R"("fp16": {"enabled": true, "initial_scale_power": 20,
+                                       "loss_scale_window": 4})";
+  int64_t skipped = 0;
+  const auto configured = masters_after(
+      fp16, R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.05, "torch_adam": true}})",
+      nullptr, &skipped);
+  const auto client = masters_after(
+      fp16, "",
+      [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+        return std::make_unique<torch::optim::AdamW>(
+            params, torch::optim::AdamWOptions(0.05).weight_decay(0.0));
+      },
+      nullptr);
+  EXPECT_GT(skipped, 0) << "the run must include overflow steps";
+  expect_equal(client, configured);
+  EXPECT_FALSE(torch::equal(configured[0], Elementwise()->w)) << "it trained";
+}
+
+TEST(Bf16, AClientSgdWithMomentumEqualsTheConfigsSgd) {
+  const std::string bf16 = R"("bf16": {"enabled": true})";
+  const auto configured = masters_after(
+      bf16, R"(, "optimizer": {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}})", nullptr,
+      nullptr);
+  const auto client = masters_after(
+      bf16, "",
+      [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+        return std::make_unique<torch::optim::SGD>(params,
+                                                   torch::optim::SGDOptions(0.05).momentum(0.9));
+      },
+      nullptr);
+  expect_equal(client, configured);
+  EXPECT_FALSE(torch::equal(configured[0], Elementwise()->w)) << "it trained";
+}
+
 TEST(Bf16, AClientOptimizerOverOtherTensorsOrWithStateIsRefusedByName) {
   const auto bf16 = R"({"train_batch_size": 2, "bf16": {"enabled": true}})";
   auto foreign = torch::zeros({3}, torch::requires_grad());
