@@ -5,9 +5,11 @@
 // tokens/s. One process, or several under tools/launch -n 2.
 //
 //   char_lm [--steps N] [--gas N] [--bf16] [--text FILE] [--save DIR] [--save-every N]
-//           [--csv DIR]
+//           [--csv DIR] [--stop-at N] [--target L]
 //
 // Prints "final loss L (started at S)" and exits 1 unless the loss fell below --target.
+// --stop-at N ends the process after N optimizer steps of a run planned for --steps (an
+// interruption; with --save, a later run with the same options resumes it).
 #include <stepwise/stepwise.h>
 #include <torch/torch.h>
 
@@ -28,8 +30,9 @@ struct Options {
   std::string text = "/usr/share/common-licenses/GPL-3";
   std::string save;  // checkpoint folder: resume from it, save to it
   int64_t save_every = 50;
-  std::string csv;      // csv_monitor's output_path
-  double target = 2.6;  // the loss to reach (nats per character)
+  std::string csv;       // csv_monitor's output_path
+  double target = 2.6;   // the loss to reach (nats per character)
+  int64_t stop_at = -1;  // stop after this many optimizer steps (-1: at --steps)
 };
 
 constexpr int64_t kBlock = 32;  // context length
@@ -124,6 +127,8 @@ Options parse(int argc, char** argv) {
       o.csv = value();
     else if (a == "--target")
       o.target = std::stod(value());
+    else if (a == "--stop-at")
+      o.stop_at = std::stoll(value());
     else
       throw std::invalid_argument("unknown option " + a + " (see the comment atop char_lm.cpp)");
   }
@@ -175,7 +180,8 @@ int main(int argc, char** argv) try {
     return std::make_pair(rows.narrow(1, 0, kBlock), rows.narrow(1, 1, kBlock));
   };
   double first = -1.0, last = 0.0;
-  while (engine.global_steps() < o.steps) {
+  const int64_t until = o.stop_at >= 0 ? std::min(o.stop_at, o.steps) : o.steps;
+  while (engine.global_steps() < until) {
     auto [x, y] = micro_batch();
     auto logits = model->forward(x);
     auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, vocab}).to(torch::kFloat),
@@ -191,7 +197,7 @@ int main(int argc, char** argv) try {
     }
   }
   if (rank == 0) {
-    std::printf("final loss %.4f (started at %.4f) after %lld steps: %s\n", last, first,
+    std::printf("final loss %.9g (started at %.4f) after %lld steps: %s\n", last, first,
                 (long long)engine.global_steps(),
                 last < o.target ? "below the target" : "ABOVE the target");
   }
