@@ -47,26 +47,103 @@ LossScalerOptions parse_fp16(ObjectReader r, bool& enabled, std::vector<std::str
   return out;
 }
 
-// NOTE: [ZeRO keys at stage 0] DeepSpeed accepts every DeepSpeedZeroConfig key at any
-// stage and reads them only at stages 1-3: at stage 0 they are accepted, with one note
-// that names them. An unknown key is refused, as DeepSpeed's config model forbids extras.
+namespace {
+
+// The offload keys on (a device other than "none", or the older booleans true): ZeRO-Offload
+// moves the optimizer step or the parameters to the CPU or NVMe, which stepwise does not do.
+std::string offload_turned_on(const nlohmann::json& zero) {
+  for (const char* key : {"offload_optimizer", "offload_param"}) {
+    if (!zero.contains(key) || zero.at(key).is_null()) continue;
+    const auto& o = zero.at(key);
+    const bool off = o.is_object() && (!o.contains("device") || o.at("device") == "none");
+    if (!off) return key;
+  }
+  for (const char* key : {"cpu_offload", "cpu_offload_param"}) {
+    if (zero.contains(key) && zero.at(key) == true) return key;
+  }
+  return "";
+}
+
+}  // namespace
+
+// NOTE: [ZeRO keys] DeepSpeed accepts every DeepSpeedZeroConfig key at any stage and reads
+// each only at the stages it belongs to. stepwise runs stages 0 and 1: at stage 1 it honours
+// reduce_bucket_size and overlap_comm (the gradient reducer's) and allgather_bucket_size
+// (the gather of the updated parameters); every other key present is accepted with one
+// note that names it, or refused when it turns on ZeRO-Offload. An unknown key is refused,
+// as DeepSpeed's config model forbids extras.
 void parse_zero(ObjectReader r, Config& out) {
-  r.get("stage", out.zero_stage);
+  int64_t stage = 0;
+  r.get("stage", stage);
+  // Read at every stage (so that the key table lists them), applied from stage 1.
+  distributed::ZeroOptions zero;
+  int64_t reduce_bucket_size = out.reducer.bucket_size();
+  bool overlap_comm = out.reducer.overlap_comm();
+  // HF's "auto" in a bucket size (the Trainer fills it from the model's hidden size)
+  // keeps the default: a bucket groups the communication, it changes no value.
+  std::vector<std::string> auto_buckets;
+  const auto read_bucket = [&](const char* key, int64_t& out) {
+    if (r.json().contains(key) && r.json().at(key) == "auto") {
+      r.claim(key);
+      auto_buckets.emplace_back(key);
+      return false;
+    }
+    return r.get(key, out);
+  };
+  const bool has_reduce = read_bucket("reduce_bucket_size", reduce_bucket_size);
+  const bool has_overlap = r.get("overlap_comm", overlap_comm);
+  read_bucket("allgather_bucket_size", zero.allgather_bucket_size());
   std::vector<std::string> unused;
   for (const auto& key : deepspeed_zero_keys()) {
-    if (key == "stage" || !r.json().contains(key)) continue;
+    if (!r.json().contains(key)) continue;
+    const bool honoured =
+        key == "reduce_bucket_size" || key == "overlap_comm" || key == "allgather_bucket_size";
+    if (key == "stage" || (honoured && stage >= 1)) continue;
     r.claim(key);
     unused.push_back(key);
   }
   r.finish();
-  STEPWISE_CHECK(out.zero_stage == 0, ConfigError, "zero_optimization.stage ", out.zero_stage,
-                 " is not supported (ZeRO is not implemented); use stage 0 or remove the "
-                 "zero_optimization section");
+  STEPWISE_CHECK(stage >= 0 && stage <= 3, ConfigError, "zero_optimization.stage is ", stage,
+                 "; DeepSpeed's stages are 0, 1, 2 and 3");
+  STEPWISE_CHECK(stage != 2, ConfigError,
+                 "zero_optimization.stage 2 (gradients sharded as they are produced) is not "
+                 "implemented yet; use stage 1, which shards the optimizer state and the fp32 "
+                 "master weights and reduces the gradients at the boundary");
+  STEPWISE_CHECK(stage != 3, ConfigError,
+                 "zero_optimization.stage 3 partitions the parameters themselves, which stepwise "
+                 "does not implement; use stage 1");
+  const std::string offload = stage == 0 ? "" : offload_turned_on(r.json());
+  STEPWISE_CHECK(offload.empty(), ConfigError, "zero_optimization.", offload,
+                 " turns on ZeRO-Offload (the optimizer step or the parameters on the CPU or "
+                 "NVMe), which stepwise does not implement: remove it or set its \"device\" to "
+                 "\"none\"");
+  STEPWISE_CHECK(zero.allgather_bucket_size() > 0, ConfigError,
+                 "zero_optimization.allgather_bucket_size is ", zero.allgather_bucket_size(),
+                 "; it counts elements per broadcast: use a positive number (DeepSpeed's "
+                 "default is 500000000)");
+  zero.stage(stage);
+  out.zero = zero;
+  if (stage >= 1) {
+    if (has_reduce) {
+      STEPWISE_CHECK(reduce_bucket_size > 0, ConfigError,
+                     "zero_optimization.reduce_bucket_size is ", reduce_bucket_size,
+                     "; it counts elements per all-reduce: use a positive number (DeepSpeed's "
+                     "default is 500000000)");
+      out.reducer.bucket_size(reduce_bucket_size);
+    }
+    if (has_overlap) out.reducer.overlap_comm(overlap_comm);
+  }
+  if (stage >= 1 && !auto_buckets.empty()) {
+    out.notes.push_back(c10::str("zero_optimization.", join(auto_buckets),
+                                 " \"auto\" (HF Trainer's placeholder) keeps the default, "
+                                 "500000000 elements: a bucket size groups the communication "
+                                 "and changes no value"));
+  }
   if (!unused.empty()) {
-    out.notes.push_back(
-        c10::str("zero_optimization keys with no effect at stage 0 (DeepSpeed "
-                 "reads them only at stages 1-3): ",
-                 join(unused)));
+    out.notes.push_back(c10::str(
+        "zero_optimization keys with no effect at stage ", stage,
+        stage == 0 ? " (DeepSpeed reads them only at stages 1-3): " : " here (see docs/zero.md): ",
+        join(unused)));
   }
 }
 
@@ -76,10 +153,7 @@ void parse_zero_legacy(bool enabled, Config& out) {
   out.notes.push_back(c10::str("\"zero_optimization\": ", enabled ? "true" : "false",
                                " is DeepSpeed's deprecated form of {\"stage\": ", enabled ? 1 : 0,
                                "}; write that instead"));
-  out.zero_stage = enabled ? 1 : 0;
-  STEPWISE_CHECK(!enabled, ConfigError,
-                 "\"zero_optimization\": true means ZeRO stage 1, which is not supported "
-                 "(ZeRO is not implemented); use false or remove the key");
+  out.zero.stage(enabled ? 1 : 0);
 }
 
 void parse_checkpoint(ObjectReader r, CheckpointOptions& out, std::vector<std::string>& notes) {

@@ -8,6 +8,7 @@
 #include "engine_state.h"
 #include "leftover_checks.h"
 #include "param_groups.h"
+#include "zero.h"
 
 #include <iomanip>
 #include <iostream>
@@ -104,10 +105,19 @@ Engine::State::State(std::shared_ptr<torch::nn::Module> model, Config config,
   // 2. then Precision casts the model to half/bf16 and copies the fp32 masters from it,
   //    once: broadcast after this, a rank's masters (what the optimizer updates) would
   //    stay its own weights while its model showed rank 0's;
-  // 3. then the optimizer is built over the masters, and attached to the precision.
+  // 3. then (ZeRO stage 1) the masters of other ranks' parameters are dropped, and the
+  //    optimizer is built over the masters, and attached to the precision.
   // tests/distributed (RankZerosWeightsReachEveryRankBeforeTheFp16Cast) checks 1-2.
   reducer_ = make_reducer(non_null(model_), config_, accumulator_.sizes());
   precision_ = Precision::make(config_.precision, *model_);
+  // ZeRO stage 1: this rank keeps (and its optimizer steps) its share's masters only.
+  zero_ = std::make_unique<detail::ZeroShards>(
+      config_.zero, precision_->model_params(),
+      accumulator_.sizes().world_size > 1 ? distributed::default_context() : nullptr);
+  if (zero_->sharded()) {
+    const detail::ZeroShards* zero = zero_.get();
+    precision_->shard(zero_->owned(), [zero](torch::Tensor& t) { zero->sum_over_ranks(t); });
+  }
   optimizer_ = choose_optimizer(config_, std::move(client_optimizer), *precision_);
   precision_->attach(*optimizer_);
   folds_ = dynamic_cast<TakesGradScale*>(optimizer_.get());  // see NOTE: [folded unscale]
@@ -135,7 +145,7 @@ Engine::State::State(std::shared_ptr<torch::nn::Module> model, Config config,
                                                std::move(all_reduce_sum), world_size);
   leftover_checks_ = std::make_unique<detail::LeftoverChecks>(
       config_.guard_rails, detail::trainable_names(*model_), precision_->model_params(),
-      precision_->optimizer_params());
+      precision_->optimizer_params(), precision_->owned());
   // What the config asks for that has no effect here: said once, by rank 0.
   if (distributed::rank() == 0) {
     for (const auto& note : config_.notes) std::cerr << "stepwise: note: " << note << "\n";
@@ -345,6 +355,7 @@ void Engine::State::boundary_step(int64_t samples, double grad_factor, bool ends
       optimizer_->step();
     }
     precision_->copy_to_model();
+    zero_->gather(precision_->model_params());  // ZeRO: from each owner to every rank
   }
   precision_->zero_grads();   // set_to_none, also after a skipped step
   reducer_->restore_grads();  // W > 1: zeros in the buckets instead (NOTE: [bucket views])

@@ -18,6 +18,7 @@
 #include "engine_state.h"
 #include "leftover_checks.h"
 #include "lr_schedules_detail.h"
+#include "zero.h"
 
 #include <map>
 
@@ -127,7 +128,21 @@ detail::RankWindow Engine::State::rank_window() const {
   return w;
 }
 
+namespace {
+
+// Until the sharded layout exists, a sharded engine refuses to save or load, by name.
+void check_not_sharded(const detail::ZeroShards& zero, const char* call) {
+  STEPWISE_CHECK(!zero.sharded(), CheckpointError, "engine.", call,
+                 " with ZeRO stage 1 on more than one rank is not implemented yet: each rank "
+                 "holds only its share of the optimizer state and fp32 masters, and the sharded "
+                 "layout (one optimizer file per rank, DeepSpeed's zero_pp_rank_*) is still to "
+                 "come. Train with zero_optimization.stage 0 where you need checkpoints");
+}
+
+}  // namespace
+
 std::string Engine::State::save_checkpoint(const std::string& dir, const SaveOptions& options) {
+  check_not_sharded(*zero_, "save_checkpoint()");
   const auto context = checkpoint_context(accumulator_.sizes());
   detail::SaveSource source;
   source.window = [&] { return rank_window(); };
@@ -141,6 +156,7 @@ std::string Engine::State::save_checkpoint(const std::string& dir, const SaveOpt
 
 LoadedCheckpoint Engine::State::load_checkpoint(const std::string& dir,
                                                 const LoadOptions& options) {
+  check_not_sharded(*zero_, "load_checkpoint()");
   const auto context = checkpoint_context(accumulator_.sizes());
   const detail::Setup setup{accumulator_.sizes().world_size, accumulator_.gas(),
                             precision_->name()};
@@ -267,7 +283,7 @@ void Engine::State::apply_load(const detail::ReadCheckpoint& c, detail::LoadPlan
   // The load changed weights and gradients on purpose: the guard rails start afresh.
   leftover_checks_ = std::make_unique<detail::LeftoverChecks>(
       config_.guard_rails, detail::trainable_names(*model_), precision_->model_params(),
-      precision_->optimizer_params());
+      precision_->optimizer_params(), precision_->owned());
 }
 
 void Engine::State::restore_scheduler(const detail::SavedScheduler& saved) {

@@ -26,6 +26,7 @@ struct ReadCheckpoint;
 struct RankWindow;
 struct SavedScheduler;
 struct SharedState;
+class ZeroShards;
 }  // namespace detail
 
 struct Engine::State {
@@ -68,6 +69,7 @@ struct Engine::State {
   // Built in the constructor's body, in the order of NOTE: [construction order].
   std::unique_ptr<distributed::GradientReducer> reducer_;
   std::unique_ptr<Precision> precision_;
+  std::unique_ptr<detail::ZeroShards> zero_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   TakesGradScale* folds_ = nullptr;  // optimizer_, when it takes the grad scale as a value
   std::unique_ptr<torch::optim::LRScheduler> scheduler_;

@@ -96,13 +96,15 @@ std::vector<std::string> trainable_names(torch::nn::Module& model) {
 
 LeftoverChecks::LeftoverChecks(const GuardRailOptions& options, std::vector<std::string> names,
                                std::vector<torch::Tensor> grad_params,
-                               std::vector<torch::Tensor> updated)
+                               std::vector<torch::Tensor> updated,
+                               std::vector<size_t> updated_index)
     : check_cleared_(options.check_grads_cleared()),
       check_changed_(options.check_grads_changed()),
       check_params_(options.check_params_changed()),
       names_(std::move(names)),
       grad_params_(std::move(grad_params)),
-      updated_(std::move(updated)) {
+      updated_(std::move(updated)),
+      updated_index_(std::move(updated_index)) {
   grads_ = grad_marks();
   if (check_params_) {
     params_ = param_marks();
@@ -166,7 +168,7 @@ void LeftoverChecks::before_step(int64_t micro_steps, bool boundary) {
     if (i < 0 && boundary && !param_prints_.empty()) {
       i = first_fingerprint_change(param_prints_, param_fingerprints());
     }
-    STEPWISE_CHECK(i < 0, UsageError, "parameter \"", names_[i],
+    STEPWISE_CHECK(i < 0, UsageError, "parameter \"", names_[updated_index_[i]],
                    "\" was updated outside the engine since its last optimizer step (found at "
                    "micro_steps ",
                    micro_steps,

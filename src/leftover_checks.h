@@ -55,9 +55,11 @@ class LeftoverChecks {
  public:
   /// `names[i]` names `grad_params[i]` (the model's trainable parameters, whose
   /// .grad backward() fills) and `updated[i]` (what the optimizer updates: the same
-  /// tensors in fp32, the fp32 masters in fp16/bf16).
+  /// tensors in fp32, the fp32 masters in fp16/bf16) is that of `grad_params[updated_index[i]]`
+  /// (under ZeRO stage 1, a rank updates its own share only).
   LeftoverChecks(const GuardRailOptions& options, std::vector<std::string> names,
-                 std::vector<torch::Tensor> grad_params, std::vector<torch::Tensor> updated);
+                 std::vector<torch::Tensor> grad_params, std::vector<torch::Tensor> updated,
+                 std::vector<size_t> updated_index);
 
   /// Check 1, when backward() starts.
   void before_backward(int64_t micro_steps) const;
@@ -81,6 +83,7 @@ class LeftoverChecks {
   std::vector<std::string> names_;
   std::vector<torch::Tensor> grad_params_;
   std::vector<torch::Tensor> updated_;
+  std::vector<size_t> updated_index_;
   TensorMarks grads_;
   TensorMarks params_;
   std::vector<uint64_t> window_end_grad_prints_;  // after the backward() ending a window

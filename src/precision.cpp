@@ -25,7 +25,6 @@ class Fp32 final : public Precision {
   explicit Fp32(torch::nn::Module& model) : Precision(model) {}
   const char* name() const override { return "fp32"; }
   bool has_masters() const override { return false; }
-  void adopt(torch::optim::Optimizer& /*client*/) override {}
   void attach(torch::optim::Optimizer& /*optimizer*/) override {}
   void copy_to_model() override {}
 };
@@ -57,20 +56,6 @@ class MasterCopies : public Precision {
   const char* name() const override { return name_; }
   bool has_masters() const override { return true; }
 
-  void adopt(torch::optim::Optimizer& client) override {
-    // NOTE: [client optimizer masters] The user built the optimizer over the model's
-    // parameters, before initialize cast them in place (set_data keeps each tensor's
-    // identity): each is found by identity and replaced by its master. A fresh optimizer
-    // keeps no state, so nothing else refers to the half/bf16 tensors.
-    STEPWISE_CHECK(client.state().empty(), ConfigError, "the client optimizer has state already; ",
-                   "with ", name_,
-                   " the engine hands it the fp32 master weights, which that state does not "
-                   "belong to: pass an optimizer that has not stepped");
-    for (auto& group : client.param_groups()) {
-      for (auto& p : group.params()) p = master_[index_of(p)];
-    }
-  }
-
   void attach(torch::optim::Optimizer& optimizer) override {
     // NOTE: [fused write-back] an optimizer that WritesModelCopies (a FusedAdamW) writes
     // the rounded new weights into the half/bf16 model in the same pass as the update;
@@ -88,22 +73,12 @@ class MasterCopies : public Precision {
   void copy_to_model() override {
     if (writes_back_) return;
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < model_.size(); ++i) model_[i].detach().copy_(master_[i].detach());
+    for (size_t k = 0; k < owned_.size(); ++k) {
+      model_[owned_[k]].detach().copy_(master_[k].detach());
+    }
   }
 
  private:
-  // The index of `p` (a model parameter or a master) in model_ and master_.
-  size_t index_of(const torch::Tensor& p) const {
-    for (size_t i = 0; i < model_.size(); ++i) {
-      if (model_[i].is_same(p) || master_[i].is_same(p)) return i;
-    }
-    throw ConfigError(c10::str(
-        "the client optimizer holds a tensor of shape ", p.sizes(),
-        " that is not a trainable parameter of the model; with ", name_,
-        " the engine replaces each of its parameters by that parameter's fp32 master weight, so "
-        "build the optimizer over the model's parameters (model->parameters())"));
-  }
-
   const char* name_;
   bool writes_back_ = false;
 };
@@ -191,7 +166,62 @@ Precision::Precision(torch::nn::Module& model) {
   }
   STEPWISE_CHECK(!model_.empty(), ConfigError,
                  "the model has no parameters that require grad; nothing to train");
+  for (size_t i = 0; i < model_.size(); ++i) owned_.push_back(i);
   master_ = model_;
+}
+
+void Precision::shard(std::vector<size_t> owned,
+                      std::function<void(torch::Tensor&)> sum_over_ranks) {
+  std::vector<torch::Tensor> kept;
+  for (const size_t i : owned) {
+    const auto at = std::find(owned_.begin(), owned_.end(), i);
+    TORCH_INTERNAL_ASSERT(at != owned_.end(), "Precision::shard: parameter ", i, " is not held");
+    kept.push_back(master_[static_cast<size_t>(at - owned_.begin())]);
+  }
+  owned_ = std::move(owned);
+  master_ = std::move(kept);  // the other masters are freed here
+  sum_over_ranks_ = std::move(sum_over_ranks);
+}
+
+size_t Precision::index_of(const torch::Tensor& p) const {
+  for (size_t i = 0; i < model_.size(); ++i) {
+    if (model_[i].is_same(p)) return i;
+  }
+  for (size_t k = 0; k < owned_.size(); ++k) {
+    if (master_[k].is_same(p)) return owned_[k];
+  }
+  throw ConfigError(c10::str(
+      "the client optimizer holds a tensor of shape ", p.sizes(),
+      " that is not a trainable parameter of the model; with ", name(),
+      has_masters() ? " the engine replaces each of its parameters by that parameter's fp32 "
+                      "master weight"
+                    : " and ZeRO stage 1 the engine keeps only this rank's share of them",
+      ", so build the optimizer over the model's parameters (model->parameters())"));
+}
+
+void Precision::adopt(torch::optim::Optimizer& client) {
+  // NOTE: [client optimizer masters] The user built the optimizer over the model's
+  // parameters, before initialize cast them in place (set_data keeps each tensor's
+  // identity): each is found by identity and replaced by its master, or leaves its group
+  // when another rank owns it. A fresh optimizer keeps no state, so nothing else refers to
+  // the half/bf16 tensors.
+  const bool sharded = static_cast<bool>(sum_over_ranks_);
+  if (!has_masters() && !sharded) return;
+  STEPWISE_CHECK(client.state().empty(), ConfigError, "the client optimizer has state already; ",
+                 has_masters() ? c10::str("with ", name(),
+                                          " the engine hands it the fp32 master weights, which "
+                                          "that state does not belong to")
+                               : std::string("with ZeRO stage 1 the engine keeps only this "
+                                             "rank's share of its parameters"),
+                 ": pass an optimizer that has not stepped");
+  for (auto& group : client.param_groups()) {
+    std::vector<torch::Tensor> kept;
+    for (const auto& p : group.params()) {
+      const auto at = std::find(owned_.begin(), owned_.end(), index_of(p));
+      if (at != owned_.end()) kept.push_back(master_[static_cast<size_t>(at - owned_.begin())]);
+    }
+    group.params() = std::move(kept);
+  }
 }
 
 torch::Tensor Precision::scale_loss(const torch::Tensor& loss) const {
@@ -202,11 +232,14 @@ GradientStats Precision::unscale_and_check(double factor) {
   torch::NoGradGuard no_grad;
   const double coef = grad_scale(factor);
   std::vector<torch::Tensor> grads;  // the optimizer's (fp32) gradients
-  for (size_t i = 0; i < model_.size(); ++i) {
+  std::vector<size_t> indices;
+  for (size_t k = 0; k < owned_.size(); ++k) {
+    const size_t i = owned_[k];
     const auto& g = model_[i].grad();
     if (!g.defined()) continue;
-    if (!master_[i].is_same(model_[i])) master_[i].mutable_grad() = g.to(torch::kFloat);
-    grads.push_back(master_[i].grad());
+    if (!master_[k].is_same(model_[i])) master_[k].mutable_grad() = g.to(torch::kFloat);
+    grads.push_back(master_[k].grad());
+    indices.push_back(i);
   }
   // NOTE: [one sync per step] unscale + inf/nan flag, then the norm, both fused over
   // all tensors and left on the device; one transfer brings both to the host. A norm
@@ -214,13 +247,39 @@ GradientStats Precision::unscale_and_check(double factor) {
   // and bf16 at a full boundary (coef 1) need neither the multiply nor the flag.
   torch::Tensor found_inf;
   if (skips_overflow() || coef != 1.0) found_inf = fused::unscale_and_check(grads, coef);
-  const auto norm = fused::global_norm(grads).reshape({1});
-  const auto host =
-      (found_inf.defined() ? torch::cat({norm, found_inf.reshape({1})}) : norm).to(torch::kCPU);
+  return stats_of(grads, indices, found_inf);
+}
+
+GradientStats Precision::stats_of(const std::vector<torch::Tensor>& grads,
+                                  const std::vector<size_t>& indices,
+                                  const torch::Tensor& found_inf) {
   GradientStats stats;
-  stats.norm = host[0].item<double>();
-  stats.overflow =
-      skips_overflow() && (host[1].item<float>() != 0.0f || !std::isfinite(stats.norm));
+  if (!sum_over_ranks_) {
+    const auto norm = fused::global_norm(grads).reshape({1});
+    const auto host =
+        (found_inf.defined() ? torch::cat({norm, found_inf.reshape({1})}) : norm).to(torch::kCPU);
+    stats.norm = host[0].item<double>();
+    const bool flagged = found_inf.defined() && host[1].item<float>() != 0.0f;
+    stats.overflow = skips_overflow() && (flagged || !std::isfinite(stats.norm));
+    return stats;
+  }
+  // NOTE: [sharded norm] Each rank puts its tensors' squared norms (fp32, as
+  // fused::global_norm computes them) at their indices, zeros elsewhere, and the flag
+  // last; the all-reduce then adds exact zeros, and the host adds the squares in
+  // parameter order as global_norm does on one rank: the same norm, bit for bit.
+  const int64_t n = static_cast<int64_t>(model_.size());
+  auto v = torch::zeros({n + 1}, model_.front().options().dtype(torch::kFloat));
+  for (size_t j = 0; j < grads.size(); ++j) {
+    v.select(0, static_cast<int64_t>(indices[j])).copy_(grads[j].to(torch::kFloat).norm().square());
+  }
+  if (found_inf.defined()) v.select(0, n).copy_(found_inf.reshape({}));
+  sum_over_ranks_(v);
+  const auto host = v.to(torch::kCPU);
+  const float* h = host.data_ptr<float>();
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += h[i];
+  stats.norm = std::sqrt(sum);
+  stats.overflow = skips_overflow() && (h[n] != 0.0f || !std::isfinite(stats.norm));
   return stats;
 }
 
@@ -234,25 +293,25 @@ GradientStats Precision::unscale_and_check(double factor) {
 GradientStats Precision::check_unscaled(double factor) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;  // the model's gradients, as backward() left them
-  for (size_t i = 0; i < model_.size(); ++i) {
+  std::vector<size_t> indices;
+  for (size_t k = 0; k < owned_.size(); ++k) {
+    const size_t i = owned_[k];
     const auto& g = model_[i].grad();
     if (!g.defined()) continue;
     // The optimizer reads the half/bf16 gradient itself (its kernels take any dtype).
-    if (!master_[i].is_same(model_[i])) master_[i].mutable_grad() = g;
+    if (!master_[k].is_same(model_[i])) master_[k].mutable_grad() = g;
     grads.push_back(g);
+    indices.push_back(i);
   }
-  const double scaled = fused::global_norm(grads).item<double>();  // the one host sync
-  GradientStats stats;
-  stats.norm = scaled * grad_scale(factor);
+  GradientStats stats = stats_of(grads, indices, torch::Tensor());  // the one host sync
+  stats.norm *= grad_scale(factor);
   stats.overflow = skips_overflow() && !std::isfinite(stats.norm);
   return stats;
 }
 
 void Precision::zero_grads() {
-  for (size_t i = 0; i < model_.size(); ++i) {
-    model_[i].mutable_grad() = torch::Tensor();
-    master_[i].mutable_grad() = torch::Tensor();
-  }
+  for (auto& p : model_) p.mutable_grad() = torch::Tensor();
+  for (auto& m : master_) m.mutable_grad() = torch::Tensor();
 }
 
 }  // namespace stepwise

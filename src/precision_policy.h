@@ -25,6 +25,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -53,8 +54,18 @@ class Precision {
   virtual const char* name() const = 0;
   /// Whether optimizer_params() are fp32 copies (bf16, fp16) rather than the model's own.
   virtual bool has_masters() const = 0;
-  /// The parameters the optimizer must update (fp32 masters, or the model's own in fp32).
+  /// The parameters the optimizer must update (fp32 masters, or the model's own in fp32):
+  /// those of owned() only, in its order.
   const std::vector<torch::Tensor>& optimizer_params() const { return master_; }
+  /// The indices into model_params() whose masters this rank keeps and steps: all of
+  /// them, unless shard() chose some (ZeRO stage 1).
+  const std::vector<size_t>& owned() const { return owned_; }
+  /// ZeRO stage 1 (see NOTE: [whole-tensor shards]): keeps the masters of the `owned`
+  /// parameters only (indices into model_params(), in order) and hands the optimizer
+  /// those; the norm and the overflow flag then add up every rank's share through
+  /// `sum_over_ranks` (an all-reduce sum), bitwise what one rank computes over all.
+  /// Call before adopt() and before an optimizer is built over optimizer_params().
+  void shard(std::vector<size_t> owned, std::function<void(torch::Tensor&)> sum_over_ranks);
   /// The model's trainable parameters (half or bf16 in those modes); their
   /// gradients are what backward() fills and the data-parallel reducer averages.
   std::vector<torch::Tensor>& model_params() { return model_; }
@@ -82,9 +93,10 @@ class Precision {
   /// Takes a client optimizer, built by the user over the model's parameters: in fp16 and
   /// bf16 each of its parameters is replaced by that parameter's fp32 master, so that it
   /// steps the masters, as DeepSpeed's FP16_Optimizer and BF16_Optimizer do (its groups
-  /// and their options stay). ConfigError if it holds a tensor that is not a trainable
-  /// parameter of the model, or has state already. fp32: nothing to do.
-  virtual void adopt(torch::optim::Optimizer& client) = 0;
+  /// and their options stay). Sharded (shard()), a parameter this rank does not own
+  /// leaves its group. ConfigError if it holds a tensor that is not a trainable
+  /// parameter of the model, or has state already. fp32 unsharded: nothing to do.
+  void adopt(torch::optim::Optimizer& client);
   /// Lets an optimizer over optimizer_params() that WritesModelCopies (a FusedAdamW)
   /// write the model's half/bf16 weights in its update (see NOTE: [fused write-back]);
   /// other optimizers, and every optimizer in fp32, are left alone.
@@ -104,9 +116,17 @@ class Precision {
   explicit Precision(torch::nn::Module& model);
   /// Whether an inf or nan gradient skips the step (fp16 only).
   virtual bool skips_overflow() const { return false; }
+  /// The index in model_params() of `p`, a model parameter or a master.
+  size_t index_of(const torch::Tensor& p) const;
+  /// The norm and the overflow flag of `grads`, the gradients of model_params()
+  /// `indices` (one each), with `found_inf` (undefined: not checked): one host sync.
+  GradientStats stats_of(const std::vector<torch::Tensor>& grads,
+                         const std::vector<size_t>& indices, const torch::Tensor& found_inf);
 
   std::vector<torch::Tensor> model_;
-  std::vector<torch::Tensor> master_;
+  std::vector<size_t> owned_;                           // indices into model_, one per master
+  std::vector<torch::Tensor> master_;                   // one per owned_ entry
+  std::function<void(torch::Tensor&)> sum_over_ranks_;  // set by shard()
 };
 
 }  // namespace stepwise

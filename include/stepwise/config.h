@@ -28,6 +28,7 @@
 #include <stepwise/monitor.h>
 #include <stepwise/optimizers.h>
 #include <stepwise/precision.h>
+#include <stepwise/zero.h>
 
 #include <torch/arg.h>
 #include <nlohmann/json_fwd.hpp>
@@ -108,8 +109,8 @@ struct Config {
   CheckpointOptions checkpoint;
   /// The "csv_monitor" section.
   CsvMonitorOptions csv_monitor;
-  /// zero_optimization.stage: only 0 is supported.
-  int64_t zero_stage = 0;
+  /// The "zero_optimization" section: the ZeRO stage (0 or 1) and its bucket.
+  distributed::ZeroOptions zero;
   /// What the file asks for that has no effect in stepwise (DeepSpeed keys turned on
   /// that only observe or arrange, ZeRO keys at stage 0): one line each, which
   /// stepwise::initialize prints once, on rank 0. Nothing is silently ignored.

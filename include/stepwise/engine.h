@@ -168,6 +168,7 @@ class Engine {
   /// The parameters the optimizer steps: fp32 master copies of the model's trainable
   /// parameters under fp16 and bf16 (the model holds their rounded copies), the model's
   /// own parameters in fp32. Read them for the fp32 weights of a half-precision run.
+  /// Under ZeRO stage 1 with W > 1: this rank's share only (docs/zero.md).
   const std::vector<torch::Tensor>& master_params() const;
 
   /// The resolved batch sizes.
@@ -179,7 +180,8 @@ class Engine {
   /// Micro-batches per optimizer step (GAS).
   int64_t gradient_accumulation_steps() const;
 
-  /// The optimizer the engine steps.
+  /// The optimizer the engine steps (under ZeRO stage 1 with W > 1, over this rank's
+  /// share of the parameters).
   torch::optim::Optimizer& optimizer();
   /// The LR scheduler the engine steps, or null.
   torch::optim::LRScheduler* lr_scheduler();

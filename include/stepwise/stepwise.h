@@ -21,3 +21,4 @@
 #include <stepwise/monitor.h>
 #include <stepwise/optimizers.h>
 #include <stepwise/precision.h>
+#include <stepwise/zero.h>

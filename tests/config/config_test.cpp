@@ -36,7 +36,7 @@ TEST(Config, ConfigKeysAreTheParsersOwnReads) {
     }
     return ConfigKey{path, "missing", "missing"};
   };
-  EXPECT_EQ(keys.size(), 71u);
+  EXPECT_EQ(keys.size(), 74u);
   EXPECT_EQ(find("csv_monitor.job_name").default_value, "\"DeepSpeedJobName\"");
   EXPECT_EQ(find("stepwise.check_params_changed").default_value, "true");
   EXPECT_EQ(find("optimizer.params.betas").type, "[number, number]");
@@ -183,13 +183,15 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"ZeroStepsPerPrint", R"({"train_batch_size": 8, "steps_per_print": 0})",
                   "steps_per_print must be a positive integer, got 0"},
         ErrorCase{"ZeroStage", R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}})",
-                  "zero_optimization.stage 2 is not supported (ZeRO is not implemented); use "
-                  "stage 0 or remove the zero_optimization section"},
+                  "zero_optimization.stage 2 (gradients sharded as they are produced) is not "
+                  "implemented yet; use stage 1, which shards the optimizer state and the fp32 "
+                  "master weights and reduces the gradients at the boundary"},
         ErrorCase{"ZeroUnknownKey",
                   R"({"train_batch_size": 8, "zero_optimization": {"stage": 0,
                       "offload_optimiser": {"device": "cpu"}}})",
                   "unknown key zero_optimization.offload_optimiser (value "
-                  "{\"device\":\"cpu\"}); valid keys here are: stage"},
+                  "{\"device\":\"cpu\"}); valid keys here are: stage, reduce_bucket_size, "
+                  "overlap_comm, allgather_bucket_size"},
         ErrorCase{"OptimizerTypeMissing", R"({"train_batch_size": 8, "optimizer": {}})",
                   "optimizer.type is missing; use one of: Adam, AdamW, SGD"},
         ErrorCase{"OptimizerTypeUnknown",

@@ -59,8 +59,8 @@ TEST(DeepSpeedFeatures, WhatOnlyObservesIsAcceptedWithOneNoteEach) {
       "LibTorch model does its own recomputation",
       "\"comms_logger\" has no effect in stepwise: stepwise does not log its collectives; the "
       "progress line shows the all-reduce time with wall_clock_breakdown",
-      "\"zero_allow_untested_optimizer\" has no effect in stepwise: DeepSpeed reads it only "
-      "with ZeRO stages 1-3, and stepwise runs stage 0"};
+      "\"zero_allow_untested_optimizer\" has no effect in stepwise: stepwise's ZeRO stage 1 "
+      "shards whole tensors, so every optimizer runs sharded as it runs unsharded"};
   EXPECT_EQ(config.notes, expected);
 }
 
@@ -96,8 +96,9 @@ TEST(DeepSpeedFeatures, EveryProblemOfAFileIsInOneErrorNumbered) {
             "  4. optimizer.params.weight_decay is \"auto\", HF Trainer's placeholder: fill it "
             "with AutoValues' weight_decay, or write the value\n"
             "  5. unknown key bf16.enabeld (value true); valid keys here are: enabled\n"
-            "  6. zero_optimization.stage 2 is not supported (ZeRO is not implemented); use "
-            "stage 0 or remove the zero_optimization section\n"
+            "  6. zero_optimization.stage 2 (gradients sharded as they are produced) is not "
+            "implemented yet; use stage 1, which shards the optimizer state and the fp32 master "
+            "weights and reduces the gradients at the boundary\n"
             "  7. \"fp32_allreduce\" (value true) is a DeepSpeed feature stepwise does not "
             "support: all-reducing half or bf16 gradients in fp32 is not implemented; set it to "
             "false");
@@ -167,14 +168,50 @@ TEST(DeepSpeedFeatures, AutoValuesFillHfsPlaceholdersWithTheTrainersMeaning) {
 
 TEST(DeepSpeedFeatures, TheDeprecatedBooleanZeroFormIsReadAsDeepSpeedReadsIt) {
   const auto off = Config::from_string(R"({"train_batch_size": 8, "zero_optimization": false})");
-  EXPECT_EQ(off.zero_stage, 0);
+  EXPECT_EQ(off.zero.stage(), 0);
   ASSERT_EQ(off.notes.size(), 1u);
   EXPECT_EQ(off.notes[0],
             "\"zero_optimization\": false is DeepSpeed's deprecated form of {\"stage\": 0}; "
             "write that instead");
-  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": true})"),
-            "\"zero_optimization\": true means ZeRO stage 1, which is not supported (ZeRO is "
-            "not implemented); use false or remove the key");
+  const auto on = Config::from_string(R"({"train_batch_size": 8, "zero_optimization": true})");
+  EXPECT_EQ(on.zero.stage(), 1);
+  ASSERT_EQ(on.notes.size(), 1u);
+  EXPECT_EQ(on.notes[0],
+            "\"zero_optimization\": true is DeepSpeed's deprecated form of {\"stage\": 1}; "
+            "write that instead");
+}
+
+TEST(DeepSpeedFeatures, ZeroStageOneHonoursItsBucketsAndNamesTheRest) {
+  const auto c = Config::from_string(R"({"train_batch_size": 8, "zero_optimization": {
+    "stage": 1, "reduce_bucket_size": 1000, "allgather_bucket_size": 2000,
+    "overlap_comm": false, "contiguous_gradients": true, "reduce_scatter": true,
+    "offload_optimizer": {"device": "none"}}})");
+  EXPECT_EQ(c.zero.stage(), 1);
+  EXPECT_EQ(c.zero.allgather_bucket_size(), 2000);
+  EXPECT_EQ(c.reducer.bucket_size(), 1000);
+  EXPECT_FALSE(c.reducer.overlap_comm());
+  ASSERT_EQ(c.notes.size(), 1u);
+  EXPECT_EQ(c.notes[0],
+            "zero_optimization keys with no effect at stage 1 here (see docs/zero.md): "
+            "contiguous_gradients, reduce_scatter, offload_optimizer");
+  // At stage 0 the same keys change nothing, as in DeepSpeed.
+  const auto zero = Config::from_string(
+      R"({"train_batch_size": 8, "zero_optimization": {"stage": 0, "reduce_bucket_size": 1000}})");
+  EXPECT_EQ(zero.reducer.bucket_size(), 500000000);
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
+              "offload_optimizer": {"device": "cpu", "pin_memory": true}}})"),
+            "zero_optimization.offload_optimizer turns on ZeRO-Offload (the optimizer step or "
+            "the parameters on the CPU or NVMe), which stepwise does not implement: remove it "
+            "or set its \"device\" to \"none\"");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})"),
+            "zero_optimization.stage 3 partitions the parameters themselves, which stepwise "
+            "does not implement; use stage 1");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})"),
+            "zero_optimization.stage is 4; DeepSpeed's stages are 0, 1, 2 and 3");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
+              "allgather_bucket_size": 0}})"),
+            "zero_optimization.allgather_bucket_size is 0; it counts elements per broadcast: "
+            "use a positive number (DeepSpeed's default is 500000000)");
 }
 
 TEST(DeepSpeedFeatures, AZeroMinLossScaleIsNoFloorAsInDeepSpeed) {

@@ -15,6 +15,8 @@
 //   worker overflow                      fp16: an inf on rank 1 only skips the step on both
 //   worker kill-save DIR                 saves "before", then rank 1 dies inside the save
 //                                        of "after"; rank 0 must fail, "before" stays
+//   worker zero                          ZeRO stage 1 equals stage 0 bit for bit over a matrix
+//                                        of cases (tests/distributed/zero_worker.cpp)
 #include <stepwise/stepwise.h>
 
 #include <csignal>
@@ -27,6 +29,7 @@
 #include <string>
 #include <thread>
 
+#include "distributed/zero_worker.h"
 #include "gradient_reducer.h"  // internal: the reducer's counters
 #include "support/reference_problem.h"
 
@@ -512,6 +515,13 @@ int main(int argc, char** argv) {
     if (args.size() == 2 && args[0] == "checkpoint") return run_checkpoint(args[1]);
     if (args.size() == 2 && args[0] == "kill-save") return run_kill_save(args[1]);
     if (args.size() == 1 && args[0] == "overflow") return run_overflow();
+    if (args.size() == 1 && args[0] == "zero") {
+      stepwise::distributed::init();
+      const int failed =
+          run_zero_matrix(stepwise::distributed::rank(), stepwise::distributed::world_size());
+      stepwise::distributed::shutdown();
+      return failed == 0 ? 0 : 1;
+    }
   } catch (const std::exception& e) {
     std::cout << "error: " << e.what() << std::endl;
     return 3;

@@ -26,22 +26,14 @@
 
 #include "gradient_reducer.h"  // internal: the reducer and its counters
 
+#include "support/free_port.h"
+
 namespace {
+
+using stepwise::testing::free_port;
 
 using Clock = std::chrono::steady_clock;
 using Ms = std::chrono::duration<double, std::milli>;
-
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 struct Result {
   double step_ms = 0;         // per optimizer step, overlap on (the default)

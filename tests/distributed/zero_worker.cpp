@@ -1,0 +1,223 @@
+// ZeRO stage 1 against stage 0, on every rank of a W-rank run (tests/distributed/worker.cpp
+// calls it for `worker zero`): each case trains the same model on the same data twice, at
+// stage 0 and at stage 1, and every number the engine reports must be equal, bit for bit:
+// the weights and this rank's fp32 masters after every boundary, the loss scale, skipped
+// steps, was_step_applied, the lrs, global_grad_norm() and the counters (NOTE:
+// [whole-tensor shards], NOTE: [sharded norm]).
+#include <stepwise/stepwise.h>
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "distributed/zero_worker.h"
+
+namespace {
+
+int extra_failures = 0;  // found inside train()
+
+struct Case {
+  std::string precision = "fp32";  // fp32, bf16, fp16
+  int64_t gas = 1;
+  std::string variant = "plain";  // plain, flush, manual, tokens, client, groups, fused
+};
+
+std::string describe(const Case& c) {
+  return c.precision + " GAS " + std::to_string(c.gas) + " " + c.variant;
+}
+
+// Six tensors of three sizes, element-wise ops only (LibTorch 1.13 has no Half matmul on
+// the CPU): the shards split them between the ranks.
+struct Net : torch::nn::Module {
+  Net() {
+    torch::manual_seed(7);
+    w1 = register_parameter("weight1", torch::randn({16, 8}) * 0.5);
+    b1 = register_parameter("bias1", torch::randn({16, 8}) * 0.1);
+    w2 = register_parameter("weight2", torch::randn({16, 8}) * 0.2);
+    b2 = register_parameter("bias2", torch::zeros({8}));
+    w3 = register_parameter("weight3", torch::ones({8}));
+    b3 = register_parameter("bias3", torch::zeros({1}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return ((x * w1 + b1).pow(2) * w2).sum(1) * w3 + b2 + b3;
+  }
+  torch::Tensor w1, b1, w2, b2, w3, b3;
+};
+
+nlohmann::json config_of(const Case& c, int64_t stage) {
+  nlohmann::json j = {
+      {"train_micro_batch_size_per_gpu", 4},
+      {"gradient_accumulation_steps", c.gas},
+      {"gradient_clipping", 0.05},  // below the norms: it clips every step
+      {"steps_per_print", 1000000000},
+      {"zero_optimization", {{"stage", stage}, {"allgather_bucket_size", 100}}},
+      {"scheduler",
+       {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 3}, {"warmup_max_lr", 0.01}}}}}};
+  if (c.variant != "client" && c.variant != "groups") {
+    j["optimizer"] = {
+        {"type", "AdamW"},
+        {"params", {{"lr", 0.01}, {"weight_decay", 0.1}, {"torch_adam", c.variant != "fused"}}}};
+  }
+  // 2^14: the first steps overflow in half and are skipped, then the scale comes down.
+  if (c.precision == "fp16") j["fp16"] = {{"enabled", true}, {"initial_scale_power", 14}};
+  if (c.precision == "bf16") j["bf16"] = {{"enabled", true}};
+  return j;
+}
+
+// What one boundary reported.
+struct Report {
+  std::vector<torch::Tensor> weights;  // the model's, as fp32 (exact for half and bf16)
+  std::vector<torch::Tensor> masters;  // this rank's fp32 masters
+  double loss_scale = 0, grad_norm = 0;
+  std::vector<double> lrs;
+  bool applied = false;
+  int64_t global_steps = 0, micro_steps = 0, skipped = 0, samples = 0;
+};
+
+Report report_of(const stepwise::Engine& engine, const torch::nn::Module& model) {
+  Report r;
+  for (const auto& p : model.parameters()) r.weights.push_back(p.detach().to(torch::kFloat));
+  for (const auto& m : engine.master_params()) r.masters.push_back(m.detach().clone());
+  r.loss_scale = engine.loss_scale();
+  r.grad_norm = engine.global_grad_norm();
+  r.lrs = engine.get_lr();
+  r.applied = engine.was_step_applied();
+  r.global_steps = engine.global_steps();
+  r.micro_steps = engine.micro_steps();
+  r.skipped = engine.skipped_steps();
+  r.samples = engine.global_samples();
+  return r;
+}
+
+std::vector<Report> train(const Case& c, int64_t stage, int64_t rank, int64_t world) {
+  auto model = std::make_shared<Net>();
+  stepwise::Engine engine = [&] {
+    auto config = stepwise::Config::from_json(config_of(c, stage));
+    if (c.variant == "client") {
+      auto sgd = std::make_unique<torch::optim::SGD>(model->parameters(),
+                                                     torch::optim::SGDOptions(0.01).momentum(0.9));
+      return stepwise::initialize(model, config, std::move(sgd));
+    }
+    if (c.variant == "groups") {
+      config.optimizer = stepwise::OptimizerOptions("AdamW").lr(0.01).weight_decay(0.1);
+      return stepwise::initialize(model, config, stepwise::weight_decay_groups(*model));
+    }
+    return stepwise::initialize(model, config);
+  }();
+  const auto dtype = c.precision == "fp16"   ? torch::kHalf
+                     : c.precision == "bf16" ? torch::kBFloat16
+                                             : torch::kFloat;
+  std::vector<Report> reports;
+  const int64_t micro = 6 * c.gas;
+  for (int64_t t = 0; t < micro; ++t) {
+    torch::manual_seed(1000 + world * t + rank);
+    const auto x = torch::randn({4, 16, 8});
+    const auto y = torch::randn({4, 8});
+    auto out = model->forward(x.to(dtype)).to(torch::kFloat);
+    if (c.variant == "manual") {
+      // Windows of 1, 2 and 3 micro-batches, set by hand (GAS only scales the loss).
+      const int64_t at = t % 6;
+      engine.set_gradient_accumulation_boundary(at == 0 || at == 2 || at == 5);
+    }
+    if (c.variant == "tokens") {
+      // The token-level recipe: sums over the window's 4 * GAS rows, not divided by GAS.
+      const double rows = 4.0 * static_cast<double>(c.gas);
+      engine.backward((out - y).pow(2).sum(1).sum() / rows,
+                      stepwise::BackwardOptions().scale_wrt_gas(false));
+    } else {
+      auto loss = torch::mse_loss(out, y);
+      // An inf on one rank only, once: every rank must skip that step.
+      if (c.precision == "fp16" && rank == world - 1 && t == micro - c.gas) {
+        loss = loss * std::numeric_limits<float>::infinity();
+      }
+      engine.backward(loss);
+    }
+    engine.step();
+    const bool flushed = c.variant == "flush" && t == micro - 2 && engine.flush();
+    if (engine.global_steps() > static_cast<int64_t>(reports.size()))
+      reports.push_back(report_of(engine, *model));
+    if (flushed) break;  // the last window ended early, with 1 of its GAS micro-batches
+  }
+  if (stage == 1 && world > 1) {
+    // This rank keeps and steps its share only.
+    const size_t all = model->parameters().size();
+    if (engine.master_params().size() >= all) {
+      std::cout << "FAILED: " << describe(c) << ": rank " << rank << " keeps "
+                << engine.master_params().size() << " of " << all << " masters" << std::endl;
+      extra_failures += 1;
+    }
+  }
+  return reports;
+}
+
+}  // namespace
+
+int run_zero_matrix(int64_t rank, int64_t world) {
+  std::vector<Case> cases;
+  for (const char* precision : {"fp32", "bf16", "fp16"}) {
+    for (int64_t gas : {1, 2, 4}) cases.push_back({precision, gas, "plain"});
+  }
+  for (const char* variant : {"flush", "manual", "tokens", "client", "groups", "fused"}) {
+    cases.push_back({"fp32", 2, variant});
+  }
+  cases.push_back({"bf16", 2, "client"});
+  cases.push_back({"fp16", 2, "fused"});
+  int failures = 0;
+  int64_t boundaries = 0, skipped = 0, fp16_applied = 0;
+  for (const auto& c : cases) {
+    const auto zero = train(c, 0, rank, world);
+    const auto one = train(c, 1, rank, world);
+    std::ostringstream bad;
+    if (zero.size() != one.size() || zero.empty()) {
+      bad << zero.size() << " vs " << one.size() << " boundaries";
+    }
+    for (size_t s = 0; s < zero.size() && s < one.size() && bad.str().empty(); ++s) {
+      const auto& a = zero[s];
+      const auto& b = one[s];
+      std::ostringstream at;
+      at << " at boundary " << s + 1 << "; ";
+      if (a.loss_scale != b.loss_scale)
+        bad << "loss scale " << a.loss_scale << " vs " << b.loss_scale << at.str();
+      if (a.grad_norm != b.grad_norm && !(std::isnan(a.grad_norm) && std::isnan(b.grad_norm)))
+        bad << "grad norm " << a.grad_norm << " vs " << b.grad_norm << at.str();
+      if (a.lrs != b.lrs) bad << "lrs" << at.str();
+      if (a.applied != b.applied || a.skipped != b.skipped) bad << "skipped steps" << at.str();
+      if (a.global_steps != b.global_steps || a.micro_steps != b.micro_steps ||
+          a.samples != b.samples)
+        bad << "counters" << at.str();
+      for (size_t i = 0; i < a.weights.size(); ++i) {
+        if (!torch::equal(a.weights[i], b.weights[i])) {
+          bad << "weight " << i << " differs by "
+              << (a.weights[i] - b.weights[i]).abs().max().item<double>() << at.str();
+          break;
+        }
+      }
+      // Stage 1's masters are stage 0's at the indices this rank owns, in order.
+      size_t k = 0;
+      for (size_t i = 0; i < a.masters.size() && k < b.masters.size(); ++i) {
+        if (a.masters[i].sizes() == b.masters[k].sizes() &&
+            torch::equal(a.masters[i], b.masters[k]))
+          k += 1;
+      }
+      if (k != b.masters.size()) bad << "this rank's masters are not stage 0's" << at.str();
+      boundaries += 1;
+      skipped += b.applied ? 0 : 1;
+      fp16_applied += b.applied && c.precision == "fp16" ? 1 : 0;
+    }
+    if (!bad.str().empty()) {
+      std::cout << "FAILED: " << describe(c) << ": " << bad.str() << std::endl;
+      failures += 1;
+    }
+  }
+  std::cout << "rank " << rank << ": stage 1 equals stage 0 bit for bit in "
+            << cases.size() - failures << " of " << cases.size() << " cases (" << boundaries
+            << " boundaries; in fp16, " << skipped << " skipped for overflow and " << fp16_applied
+            << " applied)" << std::endl;
+  return failures + extra_failures;
+}

@@ -1,0 +1,65 @@
+// ZeRO stage 1 on one process: which rank owns which parameter, and stage 1 at W = 1 (as
+// DeepSpeed allows) is stage 0. The W = 2 matrix is tests/distributed/zero_worker.cpp.
+#include <stepwise/stepwise.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "zero.h"
+
+namespace stepwise {
+namespace {
+
+using detail::owners_by_size;
+
+TEST(ZeroShards, WholeTensorsInOrderNearestEachRanksShare) {
+  EXPECT_EQ(owners_by_size({100, 100, 100, 100}, 2), (std::vector<int64_t>{0, 0, 1, 1}));
+  EXPECT_EQ(owners_by_size({100, 100, 100, 100}, 4), (std::vector<int64_t>{0, 1, 2, 3}));
+  // A tensor goes to the rank whose share holds its middle.
+  EXPECT_EQ(owners_by_size({1000, 1, 1, 1}, 2), (std::vector<int64_t>{0, 1, 1, 1}));
+  EXPECT_EQ(owners_by_size({1, 1000}, 2), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(owners_by_size({128, 128, 128, 8, 8, 1}, 2), (std::vector<int64_t>{0, 0, 1, 1, 1, 1}));
+  // More ranks than tensors: some ranks own none (and step nothing).
+  EXPECT_EQ(owners_by_size({10, 10}, 4), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(owners_by_size({7}, 1), (std::vector<int64_t>{0}));
+}
+
+TEST(ZeroShards, AnOptimizerOverNoParametersStepsNothing) {
+  // A rank that owns no parameter builds its optimizer over none.
+  for (const char* type : {"AdamW", "SGD"}) {
+    auto optimizer = make_optimizer(OptimizerOptions(type), std::vector<torch::Tensor>{});
+    EXPECT_NO_THROW(optimizer->step()) << type;
+  }
+  auto fused =
+      make_optimizer(OptimizerOptions("AdamW").torch_adam(false), std::vector<torch::Tensor>{});
+  EXPECT_NO_THROW(fused->step());
+}
+
+TEST(ZeroShards, StageOneOnOneRankIsStageZero) {
+  const auto run = [](int64_t stage) {
+    torch::manual_seed(3);
+    auto model = std::make_shared<torch::nn::Linear>(4, 3);
+    auto engine = initialize(
+        *model,
+        Config::from_json({{"train_micro_batch_size_per_gpu", 2},
+                           {"gradient_accumulation_steps", 2},
+                           {"gradient_clipping", 0.1},
+                           {"bf16", {{"enabled", true}}},
+                           {"zero_optimization", {{"stage", stage}}},
+                           {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}}}}));
+    for (int t = 0; t < 8; ++t) {
+      auto x = torch::randn({2, 4}).to(torch::kBFloat16);
+      engine.backward((*model)->forward(x).to(torch::kFloat).pow(2).mean());
+      engine.step();
+    }
+    EXPECT_EQ(engine.master_params().size(), 2u) << "W = 1 keeps every master";
+    return std::make_pair(engine.master_params()[0].clone(), engine.global_grad_norm());
+  };
+  const auto zero = run(0);
+  const auto one = run(1);
+  EXPECT_TRUE(torch::equal(zero.first, one.first));
+  EXPECT_EQ(zero.second, one.second);
+}
+
+}  // namespace
+}  // namespace stepwise
