@@ -32,6 +32,8 @@ struct LoadPlan {
   std::vector<torch::Tensor> window_grads;  // by trainable index; undefined: none
   bool load_optimizer = false;
   torch::serialize::InputArchive optimizer_archive;
+  std::string shard_file;  // ZeRO stage 1 with W > 1: this rank's (NOTE: [ZeRO shard file])
+  torch::serialize::InputArchive shard;
   bool load_deepspeed_optimizer = false;
   bool load_scheduler = false;
   bool load_scaler = false;
@@ -80,9 +82,11 @@ detail::SharedState Engine::State::shared_state(const ClientState& client_state)
   for (const auto& item : model_->named_buffers()) {
     s.module.emplace_back(item.key(), item.value().detach());
   }
-  if (precision_->has_masters()) {
+  // ZeRO stage 1 with W > 1: each rank's masters are in its shard file (save_shard).
+  if (precision_->has_masters() && !zero_->sharded()) {
     s.fp32_masters = named(detail::trainable_names(*model_), precision_->optimizer_params());
   }
+  s.zero_stage = zero_->sharded() ? 1 : 0;
   s.optimizer_type = detail::optimizer_type(*optimizer_);
   if (scheduler_) {
     s.lr_scheduler =
@@ -128,26 +132,69 @@ detail::RankWindow Engine::State::rank_window() const {
   return w;
 }
 
-namespace {
-
-// Until the sharded layout exists, a sharded engine refuses to save or load, by name.
-void check_not_sharded(const detail::ZeroShards& zero, const char* call) {
-  STEPWISE_CHECK(!zero.sharded(), CheckpointError, "engine.", call,
-                 " with ZeRO stage 1 on more than one rank is not implemented yet: each rank "
-                 "holds only its share of the optimizer state and fp32 masters, and the sharded "
-                 "layout (one optimizer file per rank, DeepSpeed's zero_pp_rank_*) is still to "
-                 "come. Train with zero_optimization.stage 0 where you need checkpoints");
+// NOTE: [ZeRO shard file] Under ZeRO stage 1 with W > 1 each rank writes
+// zero_pp_rank_<r>_mp_rank_00_optim_states.pt (DeepSpeed's name): its rank and W, the
+// indices of the parameters it owns, their fp32 masters (fp16/bf16) as "fp32_master_<i>",
+// and its optimizer's state as "optimizer". A load at the same stage and W reads its own
+// and checks that it owns the same parameters.
+void Engine::State::save_shard(torch::serialize::OutputArchive& archive) const {
+  const auto& owned = precision_->owned();
+  archive.write("rank_and_world_size",
+                torch::tensor({distributed::rank(), accumulator_.sizes().world_size}));
+  archive.write("owned", torch::tensor(std::vector<int64_t>(owned.begin(), owned.end())));
+  if (precision_->has_masters()) {
+    for (size_t k = 0; k < owned.size(); ++k) {
+      archive.write(c10::str("fp32_master_", owned[k]), precision_->optimizer_params()[k].detach());
+    }
+  }
+  torch::serialize::OutputArchive optimizer(archive.compilation_unit());
+  detail::save_optimizer(*optimizer_, optimizer);
+  archive.write("optimizer", optimizer);
 }
 
-}  // namespace
+// This rank's shard file, checked against this engine; its masters by trainable name.
+detail::NamedTensors Engine::State::read_shard(const detail::ReadCheckpoint& c,
+                                               detail::LoadPlan& plan) const {
+  plan.shard_file = c.path + "/" + detail::zero_shard_file(distributed::rank());
+  detail::read_archive(plan.shard_file, plan.shard);
+  const auto names = detail::trainable_names(*model_);
+  const auto& owned = precision_->owned();
+  detail::NamedTensors masters;
+  detail::reading(plan.shard_file, [&] {
+    torch::Tensor where, saved_owned;
+    plan.shard.read("rank_and_world_size", where);
+    plan.shard.read("owned", saved_owned);
+    const std::vector<int64_t> mine(owned.begin(), owned.end());
+    const bool same = where[0].item<int64_t>() == distributed::rank() &&
+                      where[1].item<int64_t>() == accumulator_.sizes().world_size &&
+                      torch::equal(saved_owned, torch::tensor(mine));
+    STEPWISE_CHECK(same, CheckpointError, plan.shard_file, " is rank ", where[0].item<int64_t>(),
+                   " of ", where[1].item<int64_t>(), "'s share of ", saved_owned.numel(),
+                   " parameters; this rank (", distributed::rank(), " of ",
+                   accumulator_.sizes().world_size, ") owns ", owned.size(),
+                   ": load with the model, world size and ZeRO stage it was saved with");
+    if (precision_->has_masters()) {
+      for (const size_t i : owned) {
+        torch::Tensor m;
+        plan.shard.read(c10::str("fp32_master_", i), m);
+        masters.emplace_back(names[i], m);
+      }
+    }
+    plan.shard.read("optimizer", plan.optimizer_archive);
+  });
+  return masters;
+}
 
 std::string Engine::State::save_checkpoint(const std::string& dir, const SaveOptions& options) {
-  check_not_sharded(*zero_, "save_checkpoint()");
   const auto context = checkpoint_context(accumulator_.sizes());
   detail::SaveSource source;
   source.window = [&] { return rank_window(); };
   source.shared = [&] { return shared_state(options.client_state()); };
-  source.optimizer = [&](auto& archive) { detail::save_optimizer(*optimizer_, archive); };
+  if (zero_->sharded()) {
+    source.shard = [&](auto& archive) { save_shard(archive); };
+  } else {
+    source.optimizer = [&](auto& archive) { detail::save_optimizer(*optimizer_, archive); };
+  }
   return detail::save_checkpoint(
       context.get(), dir,
       options.tag().value_or(c10::str("global_step", accumulator_.global_steps())),
@@ -156,7 +203,6 @@ std::string Engine::State::save_checkpoint(const std::string& dir, const SaveOpt
 
 LoadedCheckpoint Engine::State::load_checkpoint(const std::string& dir,
                                                 const LoadOptions& options) {
-  check_not_sharded(*zero_, "load_checkpoint()");
   const auto context = checkpoint_context(accumulator_.sizes());
   const detail::Setup setup{accumulator_.sizes().world_size, accumulator_.gas(),
                             precision_->name()};
@@ -175,8 +221,37 @@ void Engine::State::plan_load(const detail::ReadCheckpoint& c, const LoadOptions
   for (const auto& item : model_->named_buffers()) model.all.emplace_back(item.key(), item.value());
   model.trainable_names = detail::trainable_names(*model_);
   model.model_params = precision_->model_params();
-  model.masters = precision_->optimizer_params();
-  plan.copies = detail::weights_to_load(c, model, options.load_module_strict());
+  model.masters.resize(model.model_params.size());  // by trainable index; ZeRO: owned only
+  for (size_t k = 0; k < precision_->owned().size(); ++k) {
+    model.masters[precision_->owned()[k]] = precision_->optimizer_params()[k];
+  }
+  const bool sharded = zero_->sharded();
+  const int64_t world = accumulator_.sizes().world_size;
+  STEPWISE_CHECK(!c.full || (c.shared.zero_stage == 1) == sharded, CheckpointError, c.shared_file,
+                 " was saved ",
+                 c.shared.zero_stage == 1
+                     ? c10::str("by ZeRO stage 1 on ", c.shared.dp_world_size,
+                                " ranks (each rank's optimizer state in its "
+                                "own file)")
+                     : std::string("with the whole optimizer state in one file"),
+                 "; this engine runs ",
+                 sharded ? c10::str("ZeRO stage 1 on ", world, " ranks") : std::string("unsharded"),
+                 ". Load it with the ZeRO stage and world size it was saved with (resharding is "
+                 "not implemented yet), or pass LoadOptions().load_module_only(true) for the "
+                 "weights alone");
+  STEPWISE_CHECK(!c.full || !sharded || c.shared.dp_world_size == world, CheckpointError,
+                 c.shared_file, " was saved by ZeRO stage 1 on ", c.shared.dp_world_size,
+                 " ranks; this engine runs on ", world,
+                 ". Load it with the world size it was saved with (resharding is not implemented "
+                 "yet), or pass LoadOptions().load_module_only(true) for the weights alone");
+  if (c.full && sharded) {
+    detail::ReadCheckpoint with_masters = c;  // the masters are in this rank's shard file
+    const auto masters = read_shard(c, plan);
+    if (precision_->has_masters()) with_masters.shared.fp32_masters = masters;
+    plan.copies = detail::weights_to_load(with_masters, model, options.load_module_strict());
+  } else {
+    plan.copies = detail::weights_to_load(c, model, options.load_module_strict());
+  }
   if (!c.full) return;
   if (c.continue_window) plan.window_grads = detail::window_grads_to_load(c, model);
   plan.load_scheduler = scheduler_ && c.shared.lr_scheduler && options.load_lr_scheduler_states();
@@ -230,11 +305,15 @@ void Engine::State::plan_optimizer_load(const detail::ReadCheckpoint& c,
                  "; this engine's optimizer is a ", type,
                  ": build the same optimizer, or pass "
                  "LoadOptions().load_optimizer_states(false)");
-  const std::string optimizer_file = c.path + "/" + detail::kOptimizerFile;
-  detail::read_archive(optimizer_file, plan.optimizer_archive);
+  // ZeRO stage 1 with W > 1: read with the shard file (read_shard).
+  const std::string optimizer_file =
+      zero_->sharded() ? plan.shard_file : c.path + "/" + detail::kOptimizerFile;
+  if (!zero_->sharded()) detail::read_archive(optimizer_file, plan.optimizer_archive);
   std::map<const c10::TensorImpl*, std::string> param_names;
   for (size_t i = 0; i < model.trainable_names.size(); ++i) {
-    param_names.emplace(model.masters[i].unsafeGetTensorImpl(), model.trainable_names[i]);
+    if (model.masters[i].defined()) {
+      param_names.emplace(model.masters[i].unsafeGetTensorImpl(), model.trainable_names[i]);
+    }
     param_names.emplace(model.model_params[i].unsafeGetTensorImpl(), model.trainable_names[i]);
   }
   const auto name_of = [&](const torch::Tensor& p) {

@@ -11,9 +11,12 @@
 #include "precision_policy.h"
 #include "window_losses.h"
 
+#include <torch/serialize/output-archive.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace stepwise {
@@ -62,6 +65,9 @@ struct Engine::State {
   void plan_optimizer_load(const detail::ReadCheckpoint& c, const detail::ModelTensors& model,
                            detail::LoadPlan& plan) const;
   void apply_load(const detail::ReadCheckpoint& c, detail::LoadPlan& plan);
+  void save_shard(torch::serialize::OutputArchive& archive) const;
+  std::vector<std::pair<std::string, torch::Tensor>> read_shard(const detail::ReadCheckpoint& c,
+                                                                detail::LoadPlan& plan) const;
   void restore_scheduler(const detail::SavedScheduler& saved);
 
   std::shared_ptr<torch::nn::Module> model_;

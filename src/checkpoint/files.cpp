@@ -97,6 +97,10 @@ std::string optimizer_type(const torch::optim::Optimizer& optimizer) {
 
 std::string window_file(int64_t rank) { return c10::str("window_rank_", rank, ".pt"); }
 
+std::string zero_shard_file(int64_t rank) {
+  return c10::str("zero_pp_rank_", rank, "_mp_rank_00_optim_states.pt");
+}
+
 void check_tag(const std::string& tag) {
   // A folder name holds at most NAME_MAX (255) bytes, and a save writes `.<tag>.partial`.
   constexpr size_t kMaxTag = 255 - std::char_traits<char>::length("..partial");

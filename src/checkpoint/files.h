@@ -48,6 +48,9 @@ auto reading(const std::string& path, F&& read) {
 
 /// The file of one rank's window in progress.
 std::string window_file(int64_t rank);
+/// ZeRO stage 1 with W > 1: the file of one rank's fp32 masters and optimizer state
+/// (DeepSpeed's name for it; a LibTorch archive).
+std::string zero_shard_file(int64_t rank);
 
 /// Throws CheckpointError unless `tag` can name a folder: not empty, no '/', not
 /// "latest", not starting with '.'.

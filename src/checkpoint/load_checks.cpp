@@ -98,7 +98,8 @@ Copies weights_to_load(const ReadCheckpoint& c, const ModelTensors& model, bool 
     }
     const size_t i = t->second;
     torch::Tensor precise = it->second;
-    if (c.shared.fp32_masters) {
+    const bool keeps_master = model.masters[i].defined();  // ZeRO: this rank's share only
+    if (c.shared.fp32_masters && keeps_master) {
       const auto m = saved_masters.find(name);
       STEPWISE_CHECK(m != saved_masters.end(), CheckpointError, file,
                      " has no fp32 master weight for parameter \"", name,
@@ -106,7 +107,7 @@ Copies weights_to_load(const ReadCheckpoint& c, const ModelTensors& model, bool 
       check_fits(name, m->second, target, "the fp32 master weight of parameter", file);
       precise = m->second;
     }
-    if (model.masters[i].is_same(model.model_params[i])) {
+    if (!keeps_master || model.masters[i].is_same(model.model_params[i])) {
       copies.emplace_back(model.model_params[i], precise);
     } else {
       copies.emplace_back(model.masters[i], precise);

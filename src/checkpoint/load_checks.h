@@ -32,7 +32,8 @@ struct ModelTensors {
   /// Every parameter and buffer, by name.
   std::vector<std::pair<std::string, torch::Tensor>> all;
   /// The trainable parameters' names, as the model's tensors and as the optimizer's
-  /// (the fp32 masters under fp16/bf16; the same tensors under fp32).
+  /// (the fp32 masters under fp16/bf16; the same tensors under fp32; undefined for a
+  /// parameter whose master another rank keeps, under ZeRO stage 1).
   std::vector<std::string> trainable_names;
   std::vector<torch::Tensor> model_params;
   std::vector<torch::Tensor> masters;

@@ -172,11 +172,18 @@ std::string save_checkpoint(distributed::Context* ctx, const std::string& dir, s
     });
     phase(ctx, "checkpoint save: writing the files", [&] {
       write_pickle((fs::path(partial) / window_file(rank)).string(), to_ivalue(source.window()));
+      if (source.shard) {
+        torch::serialize::OutputArchive shard;
+        source.shard(shard);
+        write_archive((fs::path(partial) / zero_shard_file(rank)).string(), shard);
+      }
       if (rank != 0) return;
       write_pickle((fs::path(partial) / kModelStatesFile).string(), to_ivalue(source.shared()));
-      torch::serialize::OutputArchive optimizer_archive;
-      source.optimizer(optimizer_archive);
-      write_archive((fs::path(partial) / kOptimizerFile).string(), optimizer_archive);
+      if (source.optimizer) {
+        torch::serialize::OutputArchive optimizer_archive;
+        source.optimizer(optimizer_archive);
+        write_archive((fs::path(partial) / kOptimizerFile).string(), optimizer_archive);
+      }
     });
     phase(ctx, "checkpoint save: publishing", [&] {
       if (rank != 0) return;

@@ -25,8 +25,11 @@ struct SaveSource {
   std::function<RankWindow()> window;
   /// What the ranks share (rank 0).
   std::function<SharedState()> shared;
-  /// The optimizer's state (rank 0).
+  /// The optimizer's state (rank 0); unset under ZeRO stage 1 with W > 1.
   std::function<void(torch::serialize::OutputArchive&)> optimizer;
+  /// ZeRO stage 1 with W > 1: this rank's fp32 masters and optimizer state, into
+  /// zero_shard_file(rank) (every rank); unset otherwise.
+  std::function<void(torch::serialize::OutputArchive&)> shard;
 };
 
 /// Saves a checkpoint `<dir>/<tag>`: the tag is checked and, with W > 1, agreed on

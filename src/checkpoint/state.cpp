@@ -124,6 +124,7 @@ c10::IValue to_ivalue(const SharedState& state) {
   d.insert("manual_boundary",
            state.manual_boundary ? static_cast<int64_t>(*state.manual_boundary) : int64_t{-1});
   d.insert("dp_world_size", state.dp_world_size);
+  d.insert("zero_stage", state.zero_stage);
   d.insert("gradient_accumulation_steps", state.gradient_accumulation_steps);
   d.insert("precision", state.precision);
   d.insert("ds_config", state.ds_config);
@@ -168,6 +169,10 @@ SharedState shared_state_from(const c10::IValue& value, const std::string& file)
     s.dp_world_size = entry(d, "dp_world_size", file).toInt();
     check_field(s.dp_world_size >= 1, file, "dp_world_size", static_cast<double>(s.dp_world_size),
                 ">= 1");
+    const auto zero = d.find(c10::IValue(std::string("zero_stage")));  // absent: before ZeRO
+    if (zero != d.end()) s.zero_stage = zero->value().toInt();
+    check_field(s.zero_stage == 0 || s.zero_stage == 1, file, "zero_stage",
+                static_cast<double>(s.zero_stage), "0 or 1");
     s.gradient_accumulation_steps = entry(d, "gradient_accumulation_steps", file).toInt();
     check_field(s.gradient_accumulation_steps >= 1, file, "gradient_accumulation_steps",
                 static_cast<double>(s.gradient_accumulation_steps), ">= 1");

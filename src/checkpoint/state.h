@@ -52,6 +52,9 @@ struct SharedState {
   /// The boundary set by hand, if any.
   std::optional<bool> manual_boundary;
   int64_t dp_world_size = 1;
+  /// 1: saved by ZeRO stage 1 with dp_world_size > 1, so the fp32 masters and the
+  /// optimizer's state are each rank's own, in zero_shard_file(rank); 0: here.
+  int64_t zero_stage = 0;
   int64_t gradient_accumulation_steps = 1;
   /// "fp32", "fp16" or "bf16".
   std::string precision = "fp32";

@@ -190,6 +190,21 @@ TEST_F(DataParallel, ZeroStageOneEqualsStageZeroBitForBit) {
   }
 }
 
+TEST_F(DataParallel, ZeroStageOneCheckpointsResumeBitForBit) {
+  // fp32 and fp16, saved inside a window and at a boundary: see NOTE: [ZeRO resume test].
+  const std::string dir =
+      ::testing::TempDir() + "/stepwise_zero_ckpt_" + std::to_string(::getpid());
+  testing::remove_tree(dir);
+  auto ranks = run_ranks(2, {"zero-checkpoint", dir}, std::chrono::seconds(240));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
+    EXPECT_NE(ranks[r].output.find("resumed bit for bit from 4 checkpoints, 0 failures"),
+              std::string::npos)
+        << ranks[r].output;
+  }
+  testing::remove_tree(dir);
+}
+
 TEST_F(DataParallel, PrescaleAndPredivideAverageAsDeepSpeedDoes) {
   // NOTE: [predivide] With W = 2, dividing by 2 before the sum or after it is exact, as is
   // a predivide factor of 4 (1/4 before, 4/2 after): all three end bit-identical. A factor

@@ -17,6 +17,8 @@
 //                                        of "after"; rank 0 must fail, "before" stays
 //   worker zero                          ZeRO stage 1 equals stage 0 bit for bit over a matrix
 //                                        of cases (tests/distributed/zero_worker.cpp)
+//   worker zero-checkpoint DIR           stage 1 saves and resumes bit for bit; a stage-0
+//                                        engine refuses its checkpoint
 #include <stepwise/stepwise.h>
 
 #include <csignal>
@@ -515,6 +517,13 @@ int main(int argc, char** argv) {
     if (args.size() == 2 && args[0] == "checkpoint") return run_checkpoint(args[1]);
     if (args.size() == 2 && args[0] == "kill-save") return run_kill_save(args[1]);
     if (args.size() == 1 && args[0] == "overflow") return run_overflow();
+    if (args.size() == 2 && args[0] == "zero-checkpoint") {
+      stepwise::distributed::init();
+      const int failed = run_zero_checkpoint(args[1], stepwise::distributed::rank(),
+                                             stepwise::distributed::world_size());
+      stepwise::distributed::shutdown();
+      return failed == 0 ? 0 : 1;
+    }
     if (args.size() == 1 && args[0] == "zero") {
       stepwise::distributed::init();
       const int failed =

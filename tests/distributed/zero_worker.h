@@ -2,6 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 /// Runs the matrix; prints one line per failed case; returns the number that failed.
 int run_zero_matrix(int64_t rank, int64_t world);
+
+/// Saves and resumes under stage 1 (NOTE: [ZeRO resume test]) in `dir`; returns the
+/// number of failures.
+int run_zero_checkpoint(const std::string& dir, int64_t rank, int64_t world);
