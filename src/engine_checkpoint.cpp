@@ -134,14 +134,19 @@ detail::RankWindow Engine::State::rank_window() const {
 
 // NOTE: [ZeRO shard file] Under ZeRO stage 1 with W > 1 each rank writes
 // zero_pp_rank_<r>_mp_rank_00_optim_states.pt (DeepSpeed's name): its rank and W, the
-// indices of the parameters it owns, their fp32 masters (fp16/bf16) as "fp32_master_<i>",
-// and its optimizer's state as "optimizer". A load at the same stage and W reads its own
+// indices and names of the parameters it owns, their fp32 masters (fp16/bf16) as
+// "fp32_master_<i>", and its optimizer's state as "optimizer" (a LibTorch archive, which
+// Python's torch.jit.load reads: tools/zero-to-fp32 does). A load at the same stage and W reads its own
 // and checks that it owns the same parameters.
 void Engine::State::save_shard(torch::serialize::OutputArchive& archive) const {
   const auto& owned = precision_->owned();
   archive.write("rank_and_world_size",
                 torch::tensor({distributed::rank(), accumulator_.sizes().world_size}));
   archive.write("owned", torch::tensor(std::vector<int64_t>(owned.begin(), owned.end())));
+  const auto names = detail::trainable_names(*model_);
+  c10::List<std::string> owned_names;  // for tools/zero-to-fp32, which has no model
+  for (const size_t i : owned) owned_names.push_back(names[i]);
+  archive.write("owned_names", c10::IValue(owned_names));
   if (precision_->has_masters()) {
     for (size_t k = 0; k < owned.size(); ++k) {
       archive.write(c10::str("fp32_master_", owned[k]), precision_->optimizer_params()[k].detach());

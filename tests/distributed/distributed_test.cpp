@@ -202,6 +202,36 @@ TEST_F(DataParallel, ZeroStageOneCheckpointsResumeBitForBit) {
               std::string::npos)
         << ranks[r].output;
   }
+  // tools/zero-to-fp32 gathers the two ranks' fp16 masters into one fp32 state dict that
+  // Python's torch.load reads: each value rounds to the saved fp16 weight, and they are the
+  // masters (not all half-exact), not the weights.
+  const std::string python = STEPWISE_TEST_PYTHON;
+  if (std::system((python + " -c 'import torch' 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << python << " cannot import torch (Debian: python3-torch)";
+  }
+  const std::string out = dir + "/consolidated.pt";
+  const std::string tool = std::string(STEPWISE_SOURCE_DIR) + "/tools/zero-to-fp32 " + dir + " ";
+  ASSERT_EQ(std::system((tool + out + " --tag fp16_at8").c_str()), 0);
+  const std::string check = python +
+                            " -c \"import torch\n"
+                            "out = torch.load('" +
+                            out +
+                            "')\n"
+                            "m = torch.load('" +
+                            dir +
+                            "/fp16_at8/mp_rank_00_model_states.pt')['module']\n"
+                            "assert set(out) == set(m) and len(m) == 6, sorted(out)\n"
+                            "assert all(out[n].dtype == torch.float32 for n in out)\n"
+                            "assert all(torch.equal(out[n].half(), m[n]) for n in m)\n"
+                            "assert any(not torch.equal(out[n], m[n].float()) for n in m)\n\"";
+  EXPECT_EQ(std::system(check.c_str()), 0) << check;
+  // A shard missing: the tool says which.
+  std::filesystem::remove(dir + "/fp16_at8/zero_pp_rank_1_mp_rank_00_optim_states.pt");
+  const std::string log = dir + "/tool.log";
+  EXPECT_NE(std::system((tool + out + " --tag fp16_at8 2> " + log).c_str()), 0);
+  EXPECT_NE(read_file(log).find("zero_pp_rank_1_mp_rank_00_optim_states.pt is missing"),
+            std::string::npos)
+      << read_file(log);
   testing::remove_tree(dir);
 }
 
