@@ -136,8 +136,8 @@ detail::RankWindow Engine::State::rank_window() const {
 // zero_pp_rank_<r>_mp_rank_00_optim_states.pt (DeepSpeed's name): its rank and W, the
 // indices and names of the parameters it owns, their fp32 masters (fp16/bf16) as
 // "fp32_master_<i>", and its optimizer's state as "optimizer" (a LibTorch archive, which
-// Python's torch.jit.load reads: tools/zero-to-fp32 does). A load at the same stage and W reads its own
-// and checks that it owns the same parameters.
+// Python's torch.jit.load reads: tools/zero-to-fp32 does). A load at the same stage and W reads its
+// own and checks that it owns the same parameters.
 void Engine::State::save_shard(torch::serialize::OutputArchive& archive) const {
   const auto& owned = precision_->owned();
   archive.write("rank_and_world_size",
