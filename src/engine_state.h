@@ -14,6 +14,7 @@
 #include <torch/serialize/output-archive.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -68,6 +69,13 @@ struct Engine::State {
   void save_shard(torch::serialize::OutputArchive& archive) const;
   std::vector<std::pair<std::string, torch::Tensor>> read_shard(const detail::ReadCheckpoint& c,
                                                                 detail::LoadPlan& plan) const;
+  std::vector<std::pair<std::string, torch::Tensor>> read_sources(const detail::ReadCheckpoint& c,
+                                                                  detail::LoadPlan& plan) const;
+  void with_placeholders(
+      const std::vector<size_t>& params,
+      const std::function<void(const std::function<std::string(const torch::Tensor&)>&)>& body)
+      const;
+  void install_resharded(detail::LoadPlan& plan);
   void restore_scheduler(const detail::SavedScheduler& saved);
 
   std::shared_ptr<torch::nn::Module> model_;
@@ -89,6 +97,8 @@ struct Engine::State {
   std::chrono::steady_clock::duration backward_time_{};
   std::chrono::steady_clock::duration step_time_{};
   std::unique_ptr<detail::Monitor> monitor_;
+  // NOTE: [resharding]: (trainable index, stand-in) while with_placeholders runs.
+  mutable std::vector<std::pair<size_t, torch::Tensor>> placeholders_;
 };
 
 }  // namespace stepwise

@@ -167,6 +167,7 @@ Precision::Precision(torch::nn::Module& model) {
   STEPWISE_CHECK(!model_.empty(), ConfigError,
                  "the model has no parameters that require grad; nothing to train");
   for (size_t i = 0; i < model_.size(); ++i) owned_.push_back(i);
+  groups_ = {owned_};
   master_ = model_;
 }
 
@@ -183,13 +184,18 @@ void Precision::shard(std::vector<size_t> owned,
   sum_over_ranks_ = std::move(sum_over_ranks);
 }
 
-size_t Precision::index_of(const torch::Tensor& p) const {
+std::optional<size_t> Precision::find_index(const torch::Tensor& p) const {
   for (size_t i = 0; i < model_.size(); ++i) {
     if (model_[i].is_same(p)) return i;
   }
   for (size_t k = 0; k < owned_.size(); ++k) {
     if (master_[k].is_same(p)) return owned_[k];
   }
+  return std::nullopt;
+}
+
+size_t Precision::index_of(const torch::Tensor& p) const {
+  if (const auto i = find_index(p)) return *i;
   throw ConfigError(c10::str(
       "the client optimizer holds a tensor of shape ", p.sizes(),
       " that is not a trainable parameter of the model; with ", name(),
@@ -205,6 +211,20 @@ void Precision::adopt(torch::optim::Optimizer& client) {
   // identity): each is found by identity and replaced by its master, or leaves its group
   // when another rank owns it. A fresh optimizer keeps no state, so nothing else refers to
   // the half/bf16 tensors.
+  groups_.clear();
+  for (const auto& group : client.param_groups()) {
+    std::vector<size_t> members;
+    for (const auto& p : group.params()) {
+      const auto i = find_index(p);
+      if (!i) {  // fp32 unsharded takes it; the checks below refuse it otherwise
+        groups_.clear();
+        break;
+      }
+      members.push_back(*i);
+    }
+    if (members.size() != group.params().size()) break;
+    groups_.push_back(std::move(members));
+  }
   const bool sharded = static_cast<bool>(sum_over_ranks_);
   if (!has_masters() && !sharded) return;
   STEPWISE_CHECK(client.state().empty(), ConfigError, "the client optimizer has state already; ",

@@ -27,6 +27,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace stepwise {
@@ -66,6 +67,11 @@ class Precision {
   /// `sum_over_ranks` (an all-reduce sum), bitwise what one rank computes over all.
   /// Call before adopt() and before an optimizer is built over optimizer_params().
   void shard(std::vector<size_t> owned, std::function<void(torch::Tensor&)> sum_over_ranks);
+  /// The optimizer's parameter groups as indices into model_params(), every rank's
+  /// parameters included (what a checkpoint's optimizer state is laid out by, whatever
+  /// the sharding): one group of all unless adopt() saw a client's groups; empty when a
+  /// client's group holds a tensor that is not a trainable parameter (fp32 only allows it).
+  const std::vector<std::vector<size_t>>& group_members() const { return groups_; }
   /// The model's trainable parameters (half or bf16 in those modes); their
   /// gradients are what backward() fills and the data-parallel reducer averages.
   std::vector<torch::Tensor>& model_params() { return model_; }
@@ -116,8 +122,11 @@ class Precision {
   explicit Precision(torch::nn::Module& model);
   /// Whether an inf or nan gradient skips the step (fp16 only).
   virtual bool skips_overflow() const { return false; }
-  /// The index in model_params() of `p`, a model parameter or a master.
+  /// The index in model_params() of `p`, a model parameter or a master; ConfigError if it
+  /// is neither.
   size_t index_of(const torch::Tensor& p) const;
+  /// The same, or nothing.
+  std::optional<size_t> find_index(const torch::Tensor& p) const;
   /// The norm and the overflow flag of `grads`, the gradients of model_params()
   /// `indices` (one each), with `found_inf` (undefined: not checked): one host sync.
   GradientStats stats_of(const std::vector<torch::Tensor>& grads,
@@ -127,6 +136,7 @@ class Precision {
   std::vector<size_t> owned_;                           // indices into model_, one per master
   std::vector<torch::Tensor> master_;                   // one per owned_ entry
   std::function<void(torch::Tensor&)> sum_over_ranks_;  // set by shard()
+  std::vector<std::vector<size_t>> groups_;             // group_members()
 };
 
 }  // namespace stepwise

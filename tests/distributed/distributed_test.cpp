@@ -191,16 +191,29 @@ TEST_F(DataParallel, ZeroStageOneEqualsStageZeroBitForBit) {
 }
 
 TEST_F(DataParallel, ZeroStageOneCheckpointsResumeBitForBit) {
-  // fp32 and fp16, saved inside a window and at a boundary: see NOTE: [ZeRO resume test].
+  // fp32 and fp16, saved inside a window and at a boundary (NOTE: [ZeRO resume test]),
+  // resharded to stage 0 and back and across world sizes (NOTE: [resharding]).
   const std::string dir =
       ::testing::TempDir() + "/stepwise_zero_ckpt_" + std::to_string(::getpid());
   testing::remove_tree(dir);
   auto ranks = run_ranks(2, {"zero-checkpoint", dir}, std::chrono::seconds(240));
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
-    EXPECT_NE(ranks[r].output.find("resumed bit for bit from 4 checkpoints, 0 failures"),
+    EXPECT_NE(ranks[r].output.find("resumed bit for bit from 4 checkpoints, resharded to "
+                                   "stage 0 and back from 4, 0 failures"),
               std::string::npos)
         << ranks[r].output;
+  }
+  // NOTE: [resharding] across world sizes: 2 -> 1 (unsharded) -> 2, bit for bit.
+  for (int world : {1, 2}) {
+    auto reshard = run_ranks(world, {"zero-reshard", dir}, std::chrono::seconds(240));
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(reshard[r].exit_code, 0) << reshard[r].output;
+      EXPECT_NE(reshard[r].output.find(c10::str("rank ", r, " of ", world,
+                                                ": resharded across world sizes, 0 failures")),
+                std::string::npos)
+          << reshard[r].output;
+    }
   }
   // tools/zero-to-fp32 gathers the two ranks' fp16 masters into one fp32 state dict that
   // Python's torch.load reads: each value rounds to the saved fp16 weight, and they are the

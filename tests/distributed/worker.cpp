@@ -17,8 +17,10 @@
 //                                        of "after"; rank 0 must fail, "before" stays
 //   worker zero                          ZeRO stage 1 equals stage 0 bit for bit over a matrix
 //                                        of cases (tests/distributed/zero_worker.cpp)
-//   worker zero-checkpoint DIR           stage 1 saves and resumes bit for bit; a stage-0
-//                                        engine refuses its checkpoint
+//   worker zero-checkpoint DIR           stage 1 saves and resumes bit for bit, also at stage 0
+//                                        and from a stage-0 checkpoint
+//   worker zero-reshard DIR              W = 1: loads those and saves them unsharded; W = 2:
+//                                        resumes those bit for bit
 #include <stepwise/stepwise.h>
 
 #include <csignal>
@@ -517,20 +519,20 @@ int main(int argc, char** argv) {
     if (args.size() == 2 && args[0] == "checkpoint") return run_checkpoint(args[1]);
     if (args.size() == 2 && args[0] == "kill-save") return run_kill_save(args[1]);
     if (args.size() == 1 && args[0] == "overflow") return run_overflow();
+    // The ZeRO modes (tests/distributed/zero_worker.cpp): in a group joined here.
+    const auto in_group = [](const auto& run) {
+      stepwise::distributed::init();
+      const int failed = run(stepwise::distributed::rank(), stepwise::distributed::world_size());
+      stepwise::distributed::shutdown();
+      return failed == 0 ? 0 : 1;
+    };
+    if (args.size() == 2 && args[0] == "zero-reshard") {
+      return in_group([&](int64_t r, int64_t w) { return run_zero_reshard(args[1], r, w); });
+    }
     if (args.size() == 2 && args[0] == "zero-checkpoint") {
-      stepwise::distributed::init();
-      const int failed = run_zero_checkpoint(args[1], stepwise::distributed::rank(),
-                                             stepwise::distributed::world_size());
-      stepwise::distributed::shutdown();
-      return failed == 0 ? 0 : 1;
+      return in_group([&](int64_t r, int64_t w) { return run_zero_checkpoint(args[1], r, w); });
     }
-    if (args.size() == 1 && args[0] == "zero") {
-      stepwise::distributed::init();
-      const int failed =
-          run_zero_matrix(stepwise::distributed::rank(), stepwise::distributed::world_size());
-      stepwise::distributed::shutdown();
-      return failed == 0 ? 0 : 1;
-    }
+    if (args.size() == 1 && args[0] == "zero") return in_group(run_zero_matrix);
   } catch (const std::exception& e) {
     std::cout << "error: " << e.what() << std::endl;
     return 3;

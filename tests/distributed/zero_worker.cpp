@@ -173,6 +173,24 @@ Run start(const std::string& precision, int64_t stage) {
   return {model, std::move(engine)};
 }
 
+// The same weights, loss scale, counters and lrs, and this rank's masters (a stage-1 run
+// keeps some of a stage-0 run's, in order), bit for bit.
+bool same_run(const Report& got, const Report& want) {
+  bool same = got.weights.size() == want.weights.size() && got.loss_scale == want.loss_scale &&
+              got.global_steps == want.global_steps && got.skipped == want.skipped &&
+              got.lrs == want.lrs;
+  for (size_t i = 0; same && i < want.weights.size(); ++i) {
+    same = torch::equal(got.weights[i], want.weights[i]);
+  }
+  const auto& few = got.masters.size() <= want.masters.size() ? got.masters : want.masters;
+  const auto& all = got.masters.size() <= want.masters.size() ? want.masters : got.masters;
+  size_t k = 0;
+  for (size_t i = 0; i < all.size() && k < few.size(); ++i) {
+    if (all[i].sizes() == few[k].sizes() && torch::equal(all[i], few[k])) k += 1;
+  }
+  return same && k == few.size() && !few.empty();
+}
+
 void micro_step(Run& run, const std::string& precision, int64_t t, int64_t rank, int64_t world) {
   torch::manual_seed(1000 + world * t + rank);
   const auto x = torch::randn({4, 16, 8});
@@ -180,6 +198,12 @@ void micro_step(Run& run, const std::string& precision, int64_t t, int64_t rank,
   const auto dtype = precision == "fp16" ? torch::kHalf : torch::kFloat;
   run.engine.backward(torch::mse_loss(run.model->forward(x.to(dtype)).to(torch::kFloat), y));
   run.engine.step();
+}
+
+// Trains from micro-step `from` to the end (12) and reports.
+Report finish(Run& run, const std::string& precision, int64_t from, int64_t rank, int64_t world) {
+  for (int64_t t = from; t < 12; ++t) micro_step(run, precision, t, rank, world);
+  return report_of(run.engine, *run.model);
 }
 
 }  // namespace
@@ -212,17 +236,7 @@ int run_zero_checkpoint(const std::string& dir, int64_t rank, int64_t world) {
       second.engine.load_checkpoint(dir, stepwise::LoadOptions().tag(tag));
       for (int64_t t = at; t < 12; ++t) micro_step(second, precision, t, rank, world);
       const Report got = report_of(second.engine, *second.model);
-      bool same = got.weights.size() == want.weights.size() &&
-                  got.masters.size() == want.masters.size() && got.loss_scale == want.loss_scale &&
-                  got.global_steps == want.global_steps && got.skipped == want.skipped &&
-                  got.lrs == want.lrs;
-      for (size_t i = 0; same && i < want.weights.size(); ++i) {
-        same = torch::equal(got.weights[i], want.weights[i]);
-      }
-      for (size_t i = 0; same && i < want.masters.size(); ++i) {
-        same = torch::equal(got.masters[i], want.masters[i]);
-      }
-      if (!same) fail(tag + ": the resumed run differs from the uninterrupted one");
+      if (!same_run(got, want)) fail(tag + ": the resumed run differs from the uninterrupted one");
       const std::string mine =
           dir + "/" + tag + "/zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_optim_states.pt";
       if (!std::ifstream(mine).good()) fail(tag + ": no " + mine);
@@ -230,21 +244,58 @@ int run_zero_checkpoint(const std::string& dir, int64_t rank, int64_t world) {
         fail(tag + ": a sharded save wrote the unsharded optimizer file");
       }
     }
-    // A sharded checkpoint into an unsharded engine: refused, by every rank, before any change.
+    // NOTE: [resharding]: stage 1 -> stage 0 and stage 0 -> stage 1 at a boundary; stage 0
+    // is stage 1 to the bit, so each run ends as the uninterrupted one.
     Run zero = start(precision, 0);
-    try {
-      zero.engine.load_checkpoint(dir, stepwise::LoadOptions().tag(precision + "_at8"));
-      fail(precision + ": a stage-0 engine loaded a stage-1 checkpoint");
-    } catch (const stepwise::CheckpointError& e) {
-      const std::string what = e.what();
-      if (what.find("was saved by ZeRO stage 1 on 2 ranks") == std::string::npos &&
-          what.find("failed on rank") == std::string::npos) {
-        fail(precision + ": unexpected refusal: " + what);
-      }
+    zero.engine.load_checkpoint(dir, stepwise::LoadOptions().tag(precision + "_at8"));
+    if (!same_run(finish(zero, precision, 8, rank, world), want)) {
+      fail(precision + ": stage 1's checkpoint resumed at stage 0 differs");
+    }
+    {
+      Run first = start(precision, 0);
+      for (int64_t t = 0; t < 8; ++t) micro_step(first, precision, t, rank, world);
+      first.engine.save_checkpoint(dir, stepwise::SaveOptions().tag(precision + "_stage0"));
+    }
+    Run one = start(precision, 1);
+    one.engine.load_checkpoint(dir, stepwise::LoadOptions().tag(precision + "_stage0"));
+    if (!same_run(finish(one, precision, 8, rank, world), want)) {
+      fail(precision + ": stage 0's checkpoint resumed at stage 1 differs");
     }
   }
   std::cout << "rank " << rank << ": ZeRO stage 1 resumed bit for bit from 4 checkpoints, "
-            << failures << " failures" << std::endl;
+            << "resharded to stage 0 and back from 4, " << failures << " failures" << std::endl;
+  return failures;
+}
+
+// NOTE: [resharding] across world sizes: `worker zero-reshard DIR` with W = 1 loads each
+// "<precision>_at8" (two ranks, stage 1) and saves it as "<precision>_w1" (one rank, so
+// unsharded); with W = 2 it loads "<precision>_w1" at stage 1 and must end as the
+// uninterrupted two-rank run: every master and optimizer state went through one process.
+int run_zero_reshard(const std::string& dir, int64_t rank, int64_t world) {
+  int failures = 0;
+  for (const std::string precision : {"fp32", "fp16"}) {
+    if (world == 1) {
+      Run alone = start(precision, 1);
+      alone.engine.load_checkpoint(dir, stepwise::LoadOptions().tag(precision + "_at8"));
+      if (alone.engine.optimizer().state().size() != 6) {
+        std::cout << "FAILED: " << precision << ": " << alone.engine.optimizer().state().size()
+                  << " of 6 parameters have an optimizer state after the load" << std::endl;
+        failures += 1;
+      }
+      alone.engine.save_checkpoint(dir, stepwise::SaveOptions().tag(precision + "_w1"));
+      continue;
+    }
+    Run ref = start(precision, 1);
+    const Report want = finish(ref, precision, 0, rank, world);
+    Run back = start(precision, 1);
+    back.engine.load_checkpoint(dir, stepwise::LoadOptions().tag(precision + "_w1"));
+    if (!same_run(finish(back, precision, 8, rank, world), want)) {
+      std::cout << "FAILED: " << precision << ": W = 2 -> 1 -> 2 differs" << std::endl;
+      failures += 1;
+    }
+  }
+  std::cout << "rank " << rank << " of " << world << ": resharded across world sizes, " << failures
+            << " failures" << std::endl;
   return failures;
 }
 
