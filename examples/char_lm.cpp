@@ -13,6 +13,8 @@
 #include <stepwise/stepwise.h>
 #include <torch/torch.h>
 
+#include "char_lm_model.h"
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -22,6 +24,8 @@
 #include <string>
 
 namespace {
+
+using namespace char_lm;
 
 struct Options {
   int64_t steps = 200;  // optimizer steps
@@ -34,66 +38,6 @@ struct Options {
   double target = 2.6;   // the loss to reach (nats per character)
   int64_t stop_at = -1;  // stop after this many optimizer steps (-1: at --steps)
 };
-
-constexpr int64_t kBlock = 32;  // context length
-constexpr int64_t kEmbed = 64;
-constexpr int64_t kHeads = 4;
-constexpr int64_t kLayers = 2;
-constexpr double kDropout = 0.1;
-constexpr int64_t kMicroBatch = 16;  // sequences per micro-batch and rank
-
-struct BlockImpl : torch::nn::Module {
-  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
-  torch::nn::Linear qkv{nullptr}, proj{nullptr}, up{nullptr}, down{nullptr};
-  torch::nn::Dropout drop{nullptr};
-  BlockImpl() {
-    ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kEmbed})));
-    ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kEmbed})));
-    qkv = register_module("qkv", torch::nn::Linear(kEmbed, 3 * kEmbed));
-    proj = register_module("proj", torch::nn::Linear(kEmbed, kEmbed));
-    up = register_module("up", torch::nn::Linear(kEmbed, 4 * kEmbed));
-    down = register_module("down", torch::nn::Linear(4 * kEmbed, kEmbed));
-    drop = register_module("drop", torch::nn::Dropout(kDropout));
-  }
-  torch::Tensor attention(const torch::Tensor& x) {
-    const int64_t b = x.size(0), t = x.size(1), hd = kEmbed / kHeads;
-    auto parts = qkv(x).split(kEmbed, -1);
-    auto heads = [&](const torch::Tensor& p) { return p.view({b, t, kHeads, hd}).transpose(1, 2); };
-    auto scores = torch::matmul(heads(parts[0]), heads(parts[1]).transpose(-2, -1)) /
-                  std::sqrt(static_cast<double>(hd));
-    auto causal = torch::ones({t, t}, torch::kBool).triu(1).to(x.device());
-    auto weights = drop(torch::softmax(scores.masked_fill(causal, -1e9), -1));
-    auto out = torch::matmul(weights, heads(parts[2])).transpose(1, 2).reshape({b, t, kEmbed});
-    return drop(proj(out));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    x = x + attention(ln1(x));
-    return x + drop(down(torch::gelu(up(ln2(x)))));
-  }
-};
-TORCH_MODULE(Block);
-
-struct CharLMImpl : torch::nn::Module {
-  torch::nn::Embedding tokens{nullptr}, positions{nullptr};
-  torch::nn::ModuleList blocks;
-  torch::nn::LayerNorm ln_f{nullptr};
-  torch::nn::Linear head{nullptr};
-  explicit CharLMImpl(int64_t vocab) {
-    tokens = register_module("tokens", torch::nn::Embedding(vocab, kEmbed));
-    positions = register_module("positions", torch::nn::Embedding(kBlock, kEmbed));
-    blocks = register_module("blocks", torch::nn::ModuleList());
-    for (int64_t i = 0; i < kLayers; ++i) blocks->push_back(Block());
-    ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kEmbed})));
-    head = register_module("head", torch::nn::Linear(kEmbed, vocab));
-  }
-  torch::Tensor forward(const torch::Tensor& idx) {  // [B, T] -> logits [B, T, vocab]
-    auto pos = torch::arange(idx.size(1), idx.options());
-    auto x = tokens(idx) + positions(pos);
-    for (const auto& block : *blocks) x = block->as<BlockImpl>()->forward(x);
-    return head(ln_f(x));
-  }
-};
-TORCH_MODULE(CharLM);
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -140,15 +84,8 @@ Options parse(int argc, char** argv) {
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   const std::string text = read_text(o.text);
-  // The vocabulary: the bytes the text uses.
-  std::vector<int64_t> index_of(256, -1);
-  int64_t vocab = 0;
-  for (unsigned char c : text) {
-    if (index_of[c] < 0) index_of[c] = vocab++;
-  }
-  std::vector<int64_t> ids(text.size());
-  for (size_t i = 0; i < text.size(); ++i) ids[i] = index_of[static_cast<unsigned char>(text[i])];
-  const auto data = torch::tensor(ids, torch::kLong);
+  const Corpus corpus(text);  // the bytes the text uses are its vocabulary
+  const int64_t vocab = corpus.vocab;
 
   torch::manual_seed(0);  // the same initial weights on every rank (rank 0's are broadcast)
   CharLM model(vocab);
@@ -173,16 +110,10 @@ int main(int argc, char** argv) try {
     engine.load_checkpoint(o.save);  // weights, optimizer, schedule, RNG: exact resume
     if (rank == 0) std::printf("resumed at step %lld\n", (long long)engine.global_steps());
   }
-  auto micro_batch = [&] {  // random windows of the text, from the default generator
-    auto starts = torch::randint(data.size(0) - kBlock - 1, {kMicroBatch}, torch::kLong);
-    auto offsets = torch::arange(kBlock + 1, torch::kLong);
-    auto rows = data.index({starts.unsqueeze(1) + offsets});
-    return std::make_pair(rows.narrow(1, 0, kBlock), rows.narrow(1, 1, kBlock));
-  };
   double first = -1.0, last = 0.0;
   const int64_t until = o.stop_at >= 0 ? std::min(o.stop_at, o.steps) : o.steps;
   while (engine.global_steps() < until) {
-    auto [x, y] = micro_batch();
+    auto [x, y] = corpus.micro_batch();  // from the default generator
     auto logits = model->forward(x);
     auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, vocab}).to(torch::kFloat),
                                                      y.reshape({-1}));
