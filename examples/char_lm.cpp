@@ -4,8 +4,8 @@
 // dropout and the data order come back with the RNG state), and the progress line with
 // tokens/s. One process, or several under tools/launch -n 2.
 //
-//   char_lm [--steps N] [--gas N] [--bf16] [--text FILE] [--save DIR] [--save-every N]
-//           [--csv DIR] [--stop-at N] [--target L]
+//   char_lm [--steps N] [--gas N] [--micro-batch N] [--bf16] [--text FILE] [--save DIR]
+//           [--save-every N] [--csv DIR] [--stop-at N] [--target L]
 //
 // Prints "final loss L (started at S)" and exits 1 unless the loss fell below --target.
 // --stop-at N ends the process after N optimizer steps of a run planned for --steps (an
@@ -30,6 +30,7 @@ using namespace char_lm;
 struct Options {
   int64_t steps = 200;  // optimizer steps
   int64_t gas = 2;
+  int64_t micro_batch = kMicroBatch;  // sequences per micro-batch and rank
   bool bf16 = false;
   std::string text = "/usr/share/common-licenses/GPL-3";
   std::string save;  // checkpoint folder: resume from it, save to it
@@ -59,6 +60,8 @@ Options parse(int argc, char** argv) {
       o.steps = std::stoll(value());
     else if (a == "--gas")
       o.gas = std::stoll(value());
+    else if (a == "--micro-batch")
+      o.micro_batch = std::stoll(value());
     else if (a == "--bf16")
       o.bf16 = true;
     else if (a == "--text")
@@ -89,19 +92,20 @@ int main(int argc, char** argv) try {
 
   torch::manual_seed(0);  // the same initial weights on every rank (rank 0's are broadcast)
   CharLM model(vocab);
-  const std::string json = c10::str(R"({
+  const std::string json =
+      c10::str(R"({
     "train_micro_batch_size_per_gpu": )",
-                                    kMicroBatch, R"(, "gradient_accumulation_steps": )", o.gas, R"(,
+               o.micro_batch, R"(, "gradient_accumulation_steps": )", o.gas, R"(,
     "gradient_clipping": 1.0, "steps_per_print": 25,
     "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
     "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": 3e-3,
                   "warmup_num_steps": 20, "total_num_steps": )",
-                                    o.steps, R"(, "warmup_type": "linear"}},
+               o.steps, R"(, "warmup_type": "linear"}},
     "bf16": {"enabled": )",
-                                    o.bf16 ? "true" : "false", R"(},
+               o.bf16 ? "true" : "false", R"(},
     "csv_monitor": {"enabled": )",
-                                    o.csv.empty() ? "false" : "true", R"(, "output_path": ")",
-                                    o.csv, R"(", "job_name": "char_lm"}})");
+               o.csv.empty() ? "false" : "true", R"(, "output_path": ")", o.csv,
+               R"(", "job_name": "char_lm"}})");
   auto engine = stepwise::initialize(model, stepwise::Config::from_string(json),
                                      stepwise::weight_decay_groups(*model));
   const int64_t rank = stepwise::distributed::rank();
@@ -113,7 +117,7 @@ int main(int argc, char** argv) try {
   double first = -1.0, last = 0.0;
   const int64_t until = o.stop_at >= 0 ? std::min(o.stop_at, o.steps) : o.steps;
   while (engine.global_steps() < until) {
-    auto [x, y] = corpus.micro_batch();  // from the default generator
+    auto [x, y] = corpus.micro_batch(o.micro_batch);  // from the default generator
     auto logits = model->forward(x);
     auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, vocab}).to(torch::kFloat),
                                                      y.reshape({-1}));

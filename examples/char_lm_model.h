@@ -85,8 +85,8 @@ struct Corpus {
     data = torch::tensor(ids, torch::kLong);
   }
   // Random windows of the text from the default generator: (inputs, next characters).
-  std::pair<torch::Tensor, torch::Tensor> micro_batch() const {
-    auto starts = torch::randint(data.size(0) - kBlock - 1, {kMicroBatch}, torch::kLong);
+  std::pair<torch::Tensor, torch::Tensor> micro_batch(int64_t rows_per_batch = kMicroBatch) const {
+    auto starts = torch::randint(data.size(0) - kBlock - 1, {rows_per_batch}, torch::kLong);
     auto offsets = torch::arange(kBlock + 1, torch::kLong);
     auto rows = data.index({starts.unsqueeze(1) + offsets});
     return {rows.narrow(1, 0, kBlock), rows.narrow(1, 1, kBlock)};

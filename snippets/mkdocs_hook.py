@@ -8,7 +8,9 @@
   data-for and data-tolerance: the reader-side test (tests/browser/site_test.mjs, then
   snippets/copies_test.py) takes the copies and the expected outputs from the built HTML.
 - Output blocks get an "Output" caption (and, with `plot="lr"`, an SVG chart per line,
-  snippets/plot.py); compile-fail and no-compile blocks a label.
+  snippets/plot.py); compile-fail and no-compile blocks a label; a `{.text .curves
+  title="..."}` block, whose lines are `FILE LABEL` (csv_monitor files under docs/), becomes
+  one chart of those loss curves.
 - Invalid blocks are logged as warnings, so `mkdocs build --strict` fails on them.
 - The C++ API reference (Sphinx + Breathe HTML, built before MkDocs into
   $STEPWISE_API_HTML, default build/docs/api) becomes pages of this site (snippets/
@@ -53,6 +55,8 @@ def _render(block):
         if block.attrs.get("plot") == "lr":  # drawn from the verified output, at build time
             out += ["", i + plot.lr_charts(block.lines), ""]
         return out
+    if "curves" in block.classes:  # loss curves from committed csv_monitor files
+        return [i + plot.curves_block(block.attrs.get("title", ""), block.lines, ROOT / "docs")]
     if not (block.is_cpp and block.kind):
         return None
     extra = f' data-expect="{_attr(block.attrs["expect"])}"' if block.kind == "compile-fail" else ""

@@ -41,3 +41,63 @@ def lr_charts(lines):
             raise ValueError(f"plot line needs at least two values: {line!r}")
         charts.append(_chart(parts[0], values))
     return '<div class="sw-plots">' + "".join(charts) + "</div>"
+
+
+COLORS = ("#3f51b5", "#e65100", "#2e7d32", "#ad1457")
+CW, CH = 460, 220
+
+
+def read_curve(path):
+    """(x, y) pairs of a csv_monitor file: a `step,<name>` header, then `step,value` rows."""
+    rows = []
+    with open(path) as f:
+        lines = f.read().splitlines()
+    for line in lines[1:]:
+        if line.strip():
+            x, y = line.split(",")
+            rows.append((float(x), float(y)))
+    if len(rows) < 2:
+        raise ValueError(f"{path}: a curve needs at least two rows")
+    return rows
+
+
+def curves_chart(title, series):
+    """One SVG chart of several (label, [(x, y), ...]) curves on shared axes, with a legend."""
+    xs = [x for _, pts in series for x, _ in pts]
+    ys = [y for _, pts in series for _, y in pts]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    sx = lambda x: PAD + 10 + (CW - 2 * PAD - 10) * (x - x0) / ((x1 - x0) or 1.0)
+    sy = lambda y: CH - PAD - (CH - 2 * PAD) * (y - y0) / ((y1 - y0) or 1.0)
+    label = html.escape(title)
+    parts = [f'<svg class="sw-plot" role="img" aria-label="{label}" viewBox="0 0 {CW} {CH}" '
+             f'width="{CW}" height="{CH}"><title>{label}</title>',
+             f'<text x="{PAD}" y="16" font-size="12" font-weight="bold">{label}</text>',
+             f'<line x1="{PAD + 10}" y1="{CH - PAD}" x2="{CW - PAD}" y2="{CH - PAD}" stroke="#888"/>',
+             f'<line x1="{PAD + 10}" y1="{PAD}" x2="{PAD + 10}" y2="{CH - PAD}" stroke="#888"/>',
+             f'<text x="{PAD + 10}" y="{CH - 8}" font-size="10">{x0:.0f}</text>',
+             f'<text x="{CW - PAD}" y="{CH - 8}" font-size="10" text-anchor="end">'
+             f'{x1:.0f} samples</text>',
+             f'<text x="{PAD + 8}" y="{PAD + 4}" font-size="9" text-anchor="end">{y1:.3g}</text>',
+             f'<text x="{PAD + 8}" y="{CH - PAD}" font-size="9" text-anchor="end">{y0:.3g}</text>']
+    for k, (name, pts) in enumerate(series):
+        color = COLORS[k % len(COLORS)]
+        dash = ' stroke-dasharray="5,4"' if k % 2 else ""
+        line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
+        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5"{dash} '
+                     f'points="{line}"/>')
+        parts.append(f'<text x="{CW - PAD}" y="{PAD + 14 * k}" font-size="11" fill="{color}" '
+                     f'text-anchor="end">{html.escape(name)}</text>')
+    return "".join(parts) + "</svg>"
+
+
+def curves_block(title, lines, docs_dir):
+    """A `.curves` block: each line `FILE LABEL...` (FILE relative to docs/) is one curve."""
+    series = []
+    for line in lines:
+        if not line.strip():
+            continue
+        path, _, name = line.strip().partition(" ")
+        series.append((name or path, read_curve(docs_dir / path)))
+    if not series:
+        raise ValueError(f"curves block {title!r} names no file")
+    return '<div class="sw-plots">' + curves_chart(title, series) + "</div>"
