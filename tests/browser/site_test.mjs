@@ -190,6 +190,20 @@ async function main() {
       fail('search "gradient_accumulation_steps": no results');
     }
 
+    // 3b. A reader searching by symptom finds the troubleshooting page.
+    for (const words of ['loss too small', 'weights differ']) {
+      await page.fill('input.md-search__input', '');
+      await page.keyboard.type(words, { delay: 10 });
+      try {
+        await page.waitForSelector('.md-search-result__item', { timeout: 15000 });
+        const hits = await page.$$eval('.md-search-result__item a[href]', (as) => as.map((a) => a.href));
+        if (hits.some((h) => h.includes('troubleshooting.html'))) pass(`search "${words}": troubleshooting`);
+        else fail(`search "${words}": the troubleshooting page is not among ${hits.length} results`);
+      } catch {
+        fail(`search "${words}": no results`);
+      }
+    }
+
     // 4. The API reference is pages of this site: Engine's page is in the nav, in the
     // site's theme (Material's header and search, no Sphinx sidebar), Engine::backward's
     // entry is on it, and its "Used in" links lead to tested blocks that call backward().
