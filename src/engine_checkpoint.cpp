@@ -17,6 +17,7 @@
 #include "checkpoint/rng.h"
 #include "engine_state.h"
 #include "leftover_checks.h"
+#include "load_plan.h"
 #include "lr_schedules_detail.h"
 #include "torch_compat.h"
 #include "zero.h"
@@ -24,33 +25,6 @@
 #include <map>
 
 namespace stepwise {
-
-namespace detail {
-
-// What a load applies, worked out (and checked) before it changes anything.
-struct LoadPlan {
-  Copies copies;
-  std::vector<torch::Tensor> window_grads;  // by trainable index; undefined: none
-  bool load_optimizer = false;
-  torch::serialize::InputArchive optimizer_archive;
-  std::string shard_file;  // ZeRO stage 1 with W > 1: this rank's (NOTE: [ZeRO shard file])
-  torch::serialize::InputArchive shard;
-  // NOTE: [resharding]: every optimizer file of the checkpoint, and whose state it holds.
-  struct Source {
-    std::string file;
-    torch::serialize::InputArchive archive;
-    std::vector<size_t> params;  // indices of the trainable parameters, in model order
-  };
-  bool reshard = false;
-  std::vector<Source> sources;
-  bool load_deepspeed_optimizer = false;
-  bool load_scheduler = false;
-  bool load_scaler = false;
-  AccumulatorState counters;
-  std::optional<RngState> rng;
-};
-
-}  // namespace detail
 
 namespace {
 
@@ -141,192 +115,6 @@ detail::RankWindow Engine::State::rank_window() const {
   return w;
 }
 
-// NOTE: [ZeRO shard file] Under ZeRO stage 1 with W > 1 each rank writes
-// zero_pp_rank_<r>_mp_rank_00_optim_states.pt (DeepSpeed's name): its rank and W, the
-// indices and names of the parameters it owns, their fp32 masters (fp16/bf16) as
-// "fp32_master_<i>", and its optimizer's state as "optimizer" (a LibTorch archive, which
-// Python's torch.jit.load reads: tools/zero-to-fp32 does). A load at the same stage and W reads its
-// own and checks that it owns the same parameters.
-void Engine::State::save_shard(torch::serialize::OutputArchive& archive) const {
-  const auto& owned = precision_->owned();
-  archive.write("rank_and_world_size",
-                torch::tensor({distributed::rank(), accumulator_.sizes().world_size}));
-  archive.write("owned", torch::tensor(std::vector<int64_t>(owned.begin(), owned.end())));
-  const auto names = detail::trainable_names(*model_);
-  c10::List<std::string> owned_names;  // for tools/zero-to-fp32, which has no model
-  for (const size_t i : owned) owned_names.push_back(names[i]);
-  archive.write("owned_names", c10::IValue(owned_names));
-  if (precision_->has_masters()) {
-    for (size_t k = 0; k < owned.size(); ++k) {
-      archive.write(c10::str("fp32_master_", owned[k]), precision_->optimizer_params()[k].detach());
-    }
-  }
-  torch::serialize::OutputArchive optimizer(archive.compilation_unit());
-  detail::save_optimizer(*optimizer_, optimizer);
-  archive.write("optimizer", optimizer);
-}
-
-// This rank's shard file, checked against this engine; its masters by trainable name.
-detail::NamedTensors Engine::State::read_shard(const detail::ReadCheckpoint& c,
-                                               detail::LoadPlan& plan) const {
-  plan.shard_file = c.path + "/" + detail::zero_shard_file(distributed::rank());
-  detail::read_archive(plan.shard_file, plan.shard);
-  const auto names = detail::trainable_names(*model_);
-  const auto& owned = precision_->owned();
-  detail::NamedTensors masters;
-  detail::reading(plan.shard_file, [&] {
-    torch::Tensor where, saved_owned;
-    plan.shard.read("rank_and_world_size", where);
-    plan.shard.read("owned", saved_owned);
-    const std::vector<int64_t> mine(owned.begin(), owned.end());
-    const bool same = where[0].item<int64_t>() == distributed::rank() &&
-                      where[1].item<int64_t>() == accumulator_.sizes().world_size &&
-                      torch::equal(saved_owned, torch::tensor(mine));
-    STEPWISE_CHECK(same, CheckpointError, plan.shard_file, " is rank ", where[0].item<int64_t>(),
-                   " of ", where[1].item<int64_t>(), "'s share of ", saved_owned.numel(),
-                   " parameters; this rank (", distributed::rank(), " of ",
-                   accumulator_.sizes().world_size, ") owns ", owned.size(),
-                   ": load with the model, world size and ZeRO stage it was saved with");
-    if (precision_->has_masters()) {
-      for (const size_t i : owned) {
-        torch::Tensor m;
-        plan.shard.read(c10::str("fp32_master_", i), m);
-        masters.emplace_back(names[i], m);
-      }
-    }
-    plan.shard.read("optimizer", plan.optimizer_archive);
-  });
-  return masters;
-}
-
-// NOTE: [resharding]: the checkpoint's optimizer files and the parameters each holds; the
-// masters this rank keeps, by name, from the shard files (a stage-0 file has them in its
-// shared file, which weights_to_load reads).
-detail::NamedTensors Engine::State::read_sources(const detail::ReadCheckpoint& c,
-                                                 detail::LoadPlan& plan) const {
-  STEPWISE_CHECK(!precision_->group_members().empty(), CheckpointError, c.shared_file,
-                 " was saved with another ZeRO sharding, and this engine's optimizer holds "
-                 "tensors that are not parameters of the model, so its state cannot be matched "
-                 "to them: load it with the stage and world size it was saved with");
-  const auto names = detail::trainable_names(*model_);
-  std::map<std::string, size_t> index;
-  for (size_t i = 0; i < names.size(); ++i) index.emplace(names[i], i);
-  const auto& owned = precision_->owned();
-  detail::NamedTensors masters;
-  if (c.shared.zero_stage == 0) {
-    detail::LoadPlan::Source source;
-    source.file = c.path + "/" + detail::kOptimizerFile;
-    detail::read_archive(source.file, source.archive);
-    for (size_t i = 0; i < names.size(); ++i) source.params.push_back(i);
-    plan.sources.push_back(std::move(source));
-    return masters;
-  }
-  const int64_t world = c.shared.dp_world_size;
-  for (int64_t r = 0; r < world; ++r) {
-    detail::LoadPlan::Source source;
-    source.file = c.path + "/" + detail::zero_shard_file(r);
-    detail::read_archive(source.file, source.archive);
-    detail::reading(source.file, [&] {
-      torch::Tensor where;
-      c10::IValue saved_names;
-      source.archive.read("rank_and_world_size", where);
-      source.archive.read("owned_names", saved_names);
-      STEPWISE_CHECK(where[0].item<int64_t>() == r && where[1].item<int64_t>() == world,
-                     CheckpointError, source.file, " is rank ", where[0].item<int64_t>(), " of ",
-                     where[1].item<int64_t>(), "'s shard, but ", c.shared_file, " was saved by ",
-                     world, " ranks: the folder mixes two saves");
-      torch::Tensor saved_owned;
-      source.archive.read("owned", saved_owned);
-      const auto list = saved_names.toList();
-      for (size_t k = 0; k < list.size(); ++k) {
-        const std::string name = list.get(k).toStringRef();
-        const auto it = index.find(name);
-        STEPWISE_CHECK(it != index.end(), CheckpointError, source.file,
-                       " holds the optimizer state of \"", name,
-                       "\", which is not a trainable parameter of this model: load the "
-                       "checkpoint of the same model");
-        source.params.push_back(it->second);
-        const bool mine = std::find(owned.begin(), owned.end(), it->second) != owned.end();
-        if (mine && precision_->has_masters()) {
-          torch::Tensor m;
-          source.archive.read(c10::str("fp32_master_", saved_owned[k].item<int64_t>()), m);
-          masters.emplace_back(name, m);
-        }
-      }
-      torch::serialize::InputArchive optimizer;
-      source.archive.read("optimizer", optimizer);
-      source.archive = std::move(optimizer);
-    });
-    plan.sources.push_back(std::move(source));
-  }
-  return masters;
-}
-
-// Runs `body(name_of)` with the optimizer's groups holding, instead of this rank's
-// parameters, an fp32 placeholder for each of `params` (indices into the trainable
-// parameters), group by group as the checkpoint's optimizer held them; puts the groups
-// back after, whatever happens. The placeholders are `placeholders_` while it runs.
-void Engine::State::with_placeholders(
-    const std::vector<size_t>& params,
-    const std::function<void(const std::function<std::string(const torch::Tensor&)>&)>& body)
-    const {
-  auto& groups = optimizer_->param_groups();
-  std::vector<std::vector<torch::Tensor>> kept;
-  for (auto& g : groups) kept.push_back(g.params());
-  const auto names = detail::trainable_names(*model_);
-  const auto& members = precision_->group_members();
-  std::map<const c10::TensorImpl*, std::string> name_of_impl;
-  placeholders_.clear();
-  for (size_t g = 0; g < groups.size() && g < members.size(); ++g) {
-    std::vector<torch::Tensor> stand_ins;
-    for (const size_t i : members[g]) {
-      if (std::find(params.begin(), params.end(), i) == params.end()) continue;
-      const auto& p = precision_->model_params()[i];
-      auto stand_in = torch::zeros(p.sizes(), p.options().dtype(torch::kFloat));
-      name_of_impl.emplace(stand_in.unsafeGetTensorImpl(), names[i]);
-      placeholders_.emplace_back(i, stand_in);
-      stand_ins.push_back(stand_in);
-    }
-    groups[g].params() = std::move(stand_ins);
-  }
-  const auto name_of = [&](const torch::Tensor& t) {
-    const auto it = name_of_impl.find(t.unsafeGetTensorImpl());
-    return it != name_of_impl.end() ? it->second : std::string("(not a parameter of the model)");
-  };
-  try {
-    body(name_of);
-  } catch (...) {
-    for (size_t g = 0; g < groups.size(); ++g) groups[g].params() = kept[g];
-    throw;
-  }
-  for (size_t g = 0; g < groups.size(); ++g) groups[g].params() = kept[g];
-}
-
-// Loads each source into the placeholders, then hands each parameter's state to the
-// tensor this rank's optimizer steps for it (its master, or itself in fp32).
-void Engine::State::install_resharded(detail::LoadPlan& plan) {
-  std::map<size_t, std::unique_ptr<torch::optim::OptimizerParamState>> states;
-  for (auto& source : plan.sources) {
-    with_placeholders(source.params, [&](const auto& /*name_of*/) {
-      optimizer_->state().clear();
-      detail::load_optimizer(*optimizer_, source.archive);  // and the groups' options
-      for (const auto& [i, stand_in] : placeholders_) {
-        auto it = optimizer_->state().find(compat::state_key(*optimizer_, stand_in));
-        if (it != optimizer_->state().end()) states[i] = std::move(it->second);
-      }
-      optimizer_->state().clear();
-    });
-  }
-  const auto& owned = precision_->owned();
-  for (size_t k = 0; k < owned.size(); ++k) {
-    auto it = states.find(owned[k]);
-    if (it == states.end()) continue;  // never stepped when saved
-    const auto& target = precision_->optimizer_params()[k];
-    optimizer_->state()[compat::state_key(*optimizer_, target)] = std::move(it->second);
-  }
-  placeholders_.clear();
-}
-
 std::string Engine::State::save_checkpoint(const std::string& dir, const SaveOptions& options) {
   const auto context = checkpoint_context(accumulator_.sizes());
   detail::SaveSource source;
@@ -367,22 +155,19 @@ void Engine::State::plan_load(const detail::ReadCheckpoint& c, const LoadOptions
   for (size_t k = 0; k < precision_->owned().size(); ++k) {
     model.masters[precision_->owned()[k]] = precision_->optimizer_params()[k];
   }
-  // NOTE: [resharding] A checkpoint saved with another sharding (stage 0 or 1, another
-  // W at stage 1) loads too: each master comes by name from the file that holds it, and
-  // each parameter's optimizer state from its saving rank's optimizer file (read_sources),
-  // moved to this rank's own optimizer by parameter (install_resharded). Whole-tensor
-  // shards make this exact: no parameter's state is ever split between files.
-  const bool sharded = zero_->sharded();
+  // NOTE: [resharding] Whenever ZeRO stage 1 saved the checkpoint or loads it, each
+  // master comes by name from the file that holds it, and each parameter's optimizer state
+  // from its saving rank's optimizer file (read_sources), moved to this rank's own
+  // optimizer by parameter (install_resharded): so a checkpoint loads at any stage and W.
+  // Whole-tensor shards make this exact: no parameter's state is ever split between files.
   const bool saved_sharded = c.shared.zero_stage == 1;
-  plan.reshard = c.full && (saved_sharded != sharded ||
-                            (sharded && c.shared.dp_world_size != accumulator_.sizes().world_size));
+  plan.reshard = c.full && (zero_->sharded() || saved_sharded);
   detail::ReadCheckpoint with_masters = c;  // the masters, from wherever they were saved
   if (plan.reshard) {
-    const auto masters = read_sources(c, plan);
-    if (saved_sharded && precision_->has_masters()) with_masters.shared.fp32_masters = masters;
-  } else if (c.full && sharded) {
-    const auto masters = read_shard(c, plan);
-    if (precision_->has_masters()) with_masters.shared.fp32_masters = masters;
+    auto masters = read_sources(c, plan);
+    if (saved_sharded && precision_->has_masters()) {
+      with_masters.shared.fp32_masters = std::move(masters);
+    }
   }
   plan.copies = detail::weights_to_load(with_masters, model, options.load_module_strict());
   if (!c.full) return;
@@ -441,8 +226,10 @@ void Engine::State::plan_optimizer_load(const detail::ReadCheckpoint& c,
   if (plan.reshard) {
     for (auto& source : plan.sources) {
       std::string mismatch;
-      with_placeholders(source.params, [&](const auto& name_of) {
-        mismatch = detail::optimizer_mismatch(*optimizer_, source.archive, source.file, name_of);
+      with_stand_ins(source.params, [&](const detail::StandIns& stand_ins) {
+        mismatch = detail::optimizer_mismatch(
+            *optimizer_, source.archive, source.file,
+            [&](const torch::Tensor& t) { return stand_ins.name_of(t); });
       });
       STEPWISE_CHECK(mismatch.empty(), CheckpointError, "the optimizer state in ", source.file,
                      " does not fit this engine's optimizer: ", mismatch,
@@ -452,10 +239,8 @@ void Engine::State::plan_optimizer_load(const detail::ReadCheckpoint& c,
     plan.load_optimizer = true;
     return;
   }
-  // ZeRO stage 1 with W > 1: read with the shard file (read_shard).
-  const std::string optimizer_file =
-      zero_->sharded() ? plan.shard_file : c.path + "/" + detail::kOptimizerFile;
-  if (!zero_->sharded()) detail::read_archive(optimizer_file, plan.optimizer_archive);
+  const std::string optimizer_file = c.path + "/" + detail::kOptimizerFile;
+  detail::read_archive(optimizer_file, plan.optimizer_archive);
   std::map<const c10::TensorImpl*, std::string> param_names;
   for (size_t i = 0; i < model.trainable_names.size(); ++i) {
     if (model.masters[i].defined()) {

@@ -30,6 +30,7 @@ struct ReadCheckpoint;
 struct RankWindow;
 struct SavedScheduler;
 struct SharedState;
+struct StandIns;
 class ZeroShards;
 }  // namespace detail
 
@@ -67,14 +68,10 @@ struct Engine::State {
                            detail::LoadPlan& plan) const;
   void apply_load(const detail::ReadCheckpoint& c, detail::LoadPlan& plan);
   void save_shard(torch::serialize::OutputArchive& archive) const;
-  std::vector<std::pair<std::string, torch::Tensor>> read_shard(const detail::ReadCheckpoint& c,
-                                                                detail::LoadPlan& plan) const;
   std::vector<std::pair<std::string, torch::Tensor>> read_sources(const detail::ReadCheckpoint& c,
                                                                   detail::LoadPlan& plan) const;
-  void with_placeholders(
-      const std::vector<size_t>& params,
-      const std::function<void(const std::function<std::string(const torch::Tensor&)>&)>& body)
-      const;
+  void with_stand_ins(const std::vector<size_t>& params,
+                      const std::function<void(const detail::StandIns&)>& body) const;
   void install_resharded(detail::LoadPlan& plan);
   void restore_scheduler(const detail::SavedScheduler& saved);
 
@@ -97,8 +94,6 @@ struct Engine::State {
   std::chrono::steady_clock::duration backward_time_{};
   std::chrono::steady_clock::duration step_time_{};
   std::unique_ptr<detail::Monitor> monitor_;
-  // NOTE: [resharding]: (trainable index, stand-in) while with_placeholders runs.
-  mutable std::vector<std::pair<size_t, torch::Tensor>> placeholders_;
 };
 
 }  // namespace stepwise

@@ -194,6 +194,21 @@ std::optional<size_t> Precision::find_index(const torch::Tensor& p) const {
   return std::nullopt;
 }
 
+std::optional<std::vector<std::vector<size_t>>> Precision::members_of(
+    const torch::optim::Optimizer& optimizer) const {
+  std::vector<std::vector<size_t>> groups;
+  for (const auto& group : optimizer.param_groups()) {
+    std::vector<size_t> members;
+    for (const auto& p : group.params()) {
+      const auto i = find_index(p);
+      if (!i) return std::nullopt;
+      members.push_back(*i);
+    }
+    groups.push_back(std::move(members));
+  }
+  return groups;
+}
+
 size_t Precision::index_of(const torch::Tensor& p) const {
   if (const auto i = find_index(p)) return *i;
   throw ConfigError(c10::str(
@@ -211,20 +226,9 @@ void Precision::adopt(torch::optim::Optimizer& client) {
   // identity): each is found by identity and replaced by its master, or leaves its group
   // when another rank owns it. A fresh optimizer keeps no state, so nothing else refers to
   // the half/bf16 tensors.
-  groups_.clear();
-  for (const auto& group : client.param_groups()) {
-    std::vector<size_t> members;
-    for (const auto& p : group.params()) {
-      const auto i = find_index(p);
-      if (!i) {  // fp32 unsharded takes it; the checks below refuse it otherwise
-        groups_.clear();
-        break;
-      }
-      members.push_back(*i);
-    }
-    if (members.size() != group.params().size()) break;
-    groups_.push_back(std::move(members));
-  }
+  // A tensor that is not a parameter: fp32 unsharded takes it; the checks below refuse it
+  // otherwise.
+  groups_ = members_of(client).value_or(std::vector<std::vector<size_t>>{});
   const bool sharded = static_cast<bool>(sum_over_ranks_);
   if (!has_masters() && !sharded) return;
   STEPWISE_CHECK(client.state().empty(), ConfigError, "the client optimizer has state already; ",

@@ -127,6 +127,10 @@ class Precision {
   size_t index_of(const torch::Tensor& p) const;
   /// The same, or nothing.
   std::optional<size_t> find_index(const torch::Tensor& p) const;
+  /// `optimizer`'s groups as indices into model_params(); nothing if a group holds a
+  /// tensor that is not a trainable parameter or a master.
+  std::optional<std::vector<std::vector<size_t>>> members_of(
+      const torch::optim::Optimizer& optimizer) const;
   /// The norm and the overflow flag of `grads`, the gradients of model_params()
   /// `indices` (one each), with `found_inf` (undefined: not checked): one host sync.
   GradientStats stats_of(const std::vector<torch::Tensor>& grads,
