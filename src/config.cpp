@@ -152,6 +152,27 @@ void parse_stepwise(ObjectReader r, Config& out) {
   detail::check_positive("stepwise.reduce_bucket_size", out.reducer.bucket_size());
 }
 
+// The gradient reducer's bucket and overlap have two spellings: DeepSpeed's (in
+// zero_optimization, read from stage 1) and the "stepwise" section's (at any stage). Two
+// different values would leave one silently unused, so that is refused.
+void check_reducer_keys_agree(const nlohmann::json& json) {
+  if (!json.contains("stepwise") || !json.at("stepwise").is_object() ||
+      !json.contains("zero_optimization") || !json.at("zero_optimization").is_object()) {
+    return;
+  }
+  const auto& zero = json.at("zero_optimization");
+  const auto& mine = json.at("stepwise");
+  if (zero.value("stage", nlohmann::json(0)) == nlohmann::json(0)) return;
+  for (const char* key : {"reduce_bucket_size", "overlap_comm"}) {
+    if (!zero.contains(key) || !mine.contains(key) || zero.at(key) == "auto") continue;
+    STEPWISE_CHECK(zero.at(key) == mine.at(key), ConfigError, "zero_optimization.", key, " is ",
+                   zero.at(key).dump(), " and stepwise.", key, " is ", mine.at(key).dump(),
+                   "; both set the gradient reducer's ",
+                   std::string(key) == "overlap_comm" ? "overlap" : "bucket size",
+                   " at ZeRO stage 1: keep one");
+  }
+}
+
 // The batch sizes. HF's "auto" left unfilled in one of them is derived from the other two
 // and the world size (resolve_batch_sizes), as HF computes train_batch_size; an "auto"
 // that the others do not determine is a problem that names the AutoValues field.
@@ -235,6 +256,7 @@ Config Config::from_json(const nlohmann::json& given, const AutoValues& auto_val
   });
   problems.guard([&] {
     if (auto o = r.object("stepwise")) parse_stepwise(*o, out);
+    check_reducer_keys_agree(json);
   });
   problems.guard([&] {
     if (auto o = r.object("checkpoint")) parse_checkpoint(*o, out.checkpoint, notes);

@@ -198,6 +198,18 @@ TEST(DeepSpeedFeatures, ZeroStageOneHonoursItsBucketsAndNamesTheRest) {
   const auto zero = Config::from_string(
       R"({"train_batch_size": 8, "zero_optimization": {"stage": 0, "reduce_bucket_size": 1000}})");
   EXPECT_EQ(zero.reducer.bucket_size(), 500000000);
+  // The reducer's keys in both sections: the same value is one setting, two are refused.
+  const auto both = Config::from_string(R"({"train_batch_size": 8, "stepwise": {
+    "reduce_bucket_size": 1000}, "zero_optimization": {"stage": 1, "reduce_bucket_size": 1000}})");
+  EXPECT_EQ(both.reducer.bucket_size(), 1000);
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "stepwise": {"overlap_comm": false},
+              "zero_optimization": {"stage": 1, "overlap_comm": true}})"),
+            "zero_optimization.overlap_comm is true and stepwise.overlap_comm is false; both "
+            "set the gradient reducer's overlap at ZeRO stage 1: keep one");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "stepwise": {"reduce_bucket_size": 10},
+              "zero_optimization": {"stage": 1, "reduce_bucket_size": 1000}})"),
+            "zero_optimization.reduce_bucket_size is 1000 and stepwise.reduce_bucket_size is "
+            "10; both set the gradient reducer's bucket size at ZeRO stage 1: keep one");
   EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
               "offload_optimizer": {"device": "cpu", "pin_memory": true}}})"),
             "zero_optimization.offload_optimizer turns on ZeRO-Offload (the optimizer step or "
