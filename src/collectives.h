@@ -1,6 +1,7 @@
 // stepwise (internal): the collectives the engine's own parts use beside the public ones
 // of distributed::Context: an all-reduce that returns at once, for the reducer's buckets
-// to overlap the backward pass (NOTE: [bucket views] in gradient_reducer.cpp).
+// to overlap the backward pass (NOTE: [bucket views] in gradient_reducer.cpp), and a
+// reduce to one rank (ZeRO stage 2).
 #pragma once
 
 #include <stepwise/distributed.h>
@@ -35,5 +36,18 @@ std::unique_ptr<PendingAllReduce> all_reduce_sum_start(Context& context, torch::
 /// Waits for `pending` (DistributedError naming the rank that is gone, as
 /// Context::all_reduce_sum, when it fails or passes the timeout).
 void wait(Context& context, PendingAllReduce& pending);
+
+/// The dtype a gradient bucket like `t` is summed in: its own, except bf16 on the CPU,
+/// which Gloo (LibTorch 1.13) does not sum ("Invalid scalar type"): fp32, rounded back
+/// once after the sum.
+inline torch::ScalarType wire_dtype(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 && t.device().is_cpu() ? torch::kFloat
+                                                                    : t.scalar_type();
+}
+
+/// Sums `tensor` over all ranks of `context` into rank `root`'s `tensor` (the others' are
+/// left as the backend leaves them), and waits. ZeRO stage 2's reduce of each gradient
+/// bucket to its owner.
+void reduce_sum(Context& context, torch::Tensor& tensor, int64_t root, const std::string& what);
 
 }  // namespace stepwise::distributed::detail

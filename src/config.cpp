@@ -162,14 +162,16 @@ void check_reducer_keys_agree(const nlohmann::json& json) {
   }
   const auto& zero = json.at("zero_optimization");
   const auto& mine = json.at("stepwise");
-  if (zero.value("stage", nlohmann::json(0)) == nlohmann::json(0)) return;
-  for (const char* key : {"reduce_bucket_size", "overlap_comm"}) {
+  const auto stage = zero.value("stage", nlohmann::json(0));
+  if (stage == nlohmann::json(0)) return;
+  for (const std::string key : {"reduce_bucket_size", "overlap_comm"}) {
     if (!zero.contains(key) || !mine.contains(key) || zero.at(key) == "auto") continue;
+    if (key == "overlap_comm" && stage != nlohmann::json(1)) continue;  // unused at stage 2
     STEPWISE_CHECK(zero.at(key) == mine.at(key), ConfigError, "zero_optimization.", key, " is ",
                    zero.at(key).dump(), " and stepwise.", key, " is ", mine.at(key).dump(),
                    "; both set the gradient reducer's ",
-                   std::string(key) == "overlap_comm" ? "overlap" : "bucket size",
-                   " at ZeRO stage 1: keep one");
+                   key == "overlap_comm" ? "overlap" : "bucket size", " at ZeRO stage ",
+                   stage.dump(), ": keep one");
   }
 }
 

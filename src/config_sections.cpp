@@ -67,11 +67,11 @@ std::string offload_turned_on(const nlohmann::json& zero) {
 }  // namespace
 
 // NOTE: [ZeRO keys] DeepSpeed accepts every DeepSpeedZeroConfig key at any stage and reads
-// each only at the stages it belongs to. stepwise runs stages 0 and 1: at stage 1 it honours
-// reduce_bucket_size and overlap_comm (the gradient reducer's) and allgather_bucket_size
-// (the gather of the updated parameters); every other key present is accepted with one
-// note that names it, or refused when it turns on ZeRO-Offload. An unknown key is refused,
-// as DeepSpeed's config model forbids extras.
+// each only at the stages it belongs to. stepwise runs stages 0, 1 and 2: at stages 1 and 2
+// it honours reduce_bucket_size (the gradient reducer's bucket) and allgather_bucket_size
+// (the gather of the updated parameters), and at stage 1 overlap_comm; every other key
+// present is accepted with one note that names it, or refused when it turns on ZeRO-Offload. An
+// unknown key is refused, as DeepSpeed's config model forbids extras.
 void parse_zero(ObjectReader r, Config& out) {
   int64_t stage = 0;
   r.get("stage", stage);
@@ -96,8 +96,8 @@ void parse_zero(ObjectReader r, Config& out) {
   std::vector<std::string> unused;
   for (const auto& key : deepspeed_zero_keys()) {
     if (!r.json().contains(key)) continue;
-    const bool honoured =
-        key == "reduce_bucket_size" || key == "overlap_comm" || key == "allgather_bucket_size";
+    const bool honoured = key == "reduce_bucket_size" || key == "allgather_bucket_size" ||
+                          (key == "overlap_comm" && stage == 1);
     if (key == "stage" || (honoured && stage >= 1)) continue;
     r.claim(key);
     unused.push_back(key);
@@ -105,13 +105,10 @@ void parse_zero(ObjectReader r, Config& out) {
   r.finish();
   STEPWISE_CHECK(stage >= 0 && stage <= 3, ConfigError, "zero_optimization.stage is ", stage,
                  "; DeepSpeed's stages are 0, 1, 2 and 3");
-  STEPWISE_CHECK(stage != 2, ConfigError,
-                 "zero_optimization.stage 2 (gradients sharded as they are produced) is not "
-                 "implemented yet; use stage 1, which shards the optimizer state and the fp32 "
-                 "master weights and reduces the gradients at the boundary");
   STEPWISE_CHECK(stage != 3, ConfigError,
                  "zero_optimization.stage 3 partitions the parameters themselves, which stepwise "
-                 "does not implement; use stage 1");
+                 "does not implement; use stage 2 (the optimizer state, the fp32 masters and "
+                 "the gradients sharded) or 1");
   const std::string offload = stage == 0 ? "" : offload_turned_on(r.json());
   STEPWISE_CHECK(offload.empty(), ConfigError, "zero_optimization.", offload,
                  " turns on ZeRO-Offload (the optimizer step or the parameters on the CPU or "
@@ -131,7 +128,7 @@ void parse_zero(ObjectReader r, Config& out) {
                      "default is 500000000)");
       out.reducer.bucket_size(reduce_bucket_size);
     }
-    if (has_overlap) out.reducer.overlap_comm(overlap_comm);
+    if (has_overlap && stage == 1) out.reducer.overlap_comm(overlap_comm);
   }
   if (stage >= 1 && !auto_buckets.empty()) {
     out.notes.push_back(c10::str("zero_optimization.", join(auto_buckets),

@@ -54,12 +54,14 @@ const std::vector<DeepSpeedFeature>& deepspeed_features(const std::string& secti
            {"dataloader_drop_last", "false", WhenOn::kNote,
             "stepwise builds no data loader; drop the last partial batch in your own"},
            {"zero_allow_untested_optimizer", "false", WhenOn::kNote,
-            "stepwise's ZeRO stage 1 shards whole tensors, so every optimizer runs sharded as it "
+            "stepwise's ZeRO stages 1 and 2 shard whole tensors, so every optimizer runs sharded "
+            "as it "
             "runs unsharded"},
            {"zero_force_ds_cpu_optimizer", "true", WhenOn::kNote,
             "DeepSpeed reads it only with ZeRO-Offload, which stepwise does not have"},
            {"disable_allgather", "false", WhenOn::kNote,
-            "stepwise's ZeRO stage 1 always sends the updated parameters by broadcast from each "
+            "stepwise's ZeRO stages 1 and 2 always send the updated parameters by broadcast from "
+            "each "
             "owner, which is what it asks for"},
            // Refused: each would change the numbers, and stepwise does not implement it.
            {"amp", "enabled", WhenOn::kRefuse,

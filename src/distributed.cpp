@@ -226,6 +226,24 @@ void detail::wait(Context& context, PendingAllReduce& pending) {
   }
 }
 
+void detail::reduce_sum(Context& context, torch::Tensor& tensor, int64_t root,
+                        const std::string& what) {
+  auto& impl = ContextAccess::impl(context);
+  STEPWISE_CHECK(tensor.device() == impl.device, std::invalid_argument, "reduce_sum: ", what,
+                 " is on ", tensor.device(), ", the ", context.backend_name(), " backend works on ",
+                 impl.device);
+  std::vector<torch::Tensor> tensors{tensor};
+  try {
+    c10d::ReduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    options.rootRank = root;
+    options.timeout = context.timeout();
+    impl.group->reduce(tensors, options)->wait(context.timeout());
+  } catch (const std::exception& e) {
+    ContextAccess::fail(context, "reduce of " + what, e);
+  }
+}
+
 void Context::broadcast(torch::Tensor& tensor, int64_t root, const std::string& what) {
   const bool moved = tensor.device() != impl_->device;
   std::vector<torch::Tensor> tensors{moved ? tensor.to(impl_->device) : tensor};

@@ -9,6 +9,7 @@
 #include "leftover_checks.h"
 #include "param_groups.h"
 #include "zero.h"
+#include "zero_gradients.h"
 
 #include <iomanip>
 #include <iostream>
@@ -105,18 +106,24 @@ Engine::State::State(std::shared_ptr<torch::nn::Module> model, Config config,
   // 2. then Precision casts the model to half/bf16 and copies the fp32 masters from it,
   //    once: broadcast after this, a rank's masters (what the optimizer updates) would
   //    stay its own weights while its model showed rank 0's;
-  // 3. then (ZeRO stage 1) the masters of other ranks' parameters are dropped, and the
-  //    optimizer is built over the masters, and attached to the precision.
+  // 3. then (ZeRO stages 1 and 2) the masters of other ranks' parameters are dropped (and
+  //    at stage 2 the reducer becomes one that sums the gradients into their owners), and
+  //    the optimizer is built over the masters, and attached to the precision.
   // tests/distributed (RankZerosWeightsReachEveryRankBeforeTheFp16Cast) checks 1-2.
   reducer_ = make_reducer(non_null(model_), config_, accumulator_.sizes());
   precision_ = Precision::make(config_.precision, *model_);
-  // ZeRO stage 1: this rank keeps (and its optimizer steps) its share's masters only.
+  // ZeRO stages 1 and 2: this rank keeps (and its optimizer steps) its share's masters only.
   zero_ = std::make_unique<detail::ZeroShards>(
       config_.zero, precision_->model_params(),
       accumulator_.sizes().world_size > 1 ? distributed::default_context() : nullptr);
   if (zero_->sharded()) {
     const detail::ZeroShards* zero = zero_.get();
     precision_->shard(zero_->owned(), [zero](torch::Tensor& t) { zero->sum_over_ranks(t); });
+  }
+  // ZeRO stage 2: the gradients, too, are summed into their owners, every micro-step.
+  if (zero_->sharded() && config_.zero.stage() == 2) {
+    reducer_ = std::make_unique<detail::ShardedGradients>(
+        distributed::default_context(), zero_->owners(), config_.reducer.bucket_size());
   }
   optimizer_ = choose_optimizer(config_, std::move(client_optimizer), *precision_);
   precision_->attach(*optimizer_);

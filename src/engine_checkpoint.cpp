@@ -65,11 +65,11 @@ detail::SharedState Engine::State::shared_state(const ClientState& client_state)
   for (const auto& item : model_->named_buffers()) {
     s.module.emplace_back(item.key(), item.value().detach());
   }
-  // ZeRO stage 1 with W > 1: each rank's masters are in its shard file (save_shard).
+  // ZeRO stage 1 or 2 with W > 1: each rank's masters are in its shard file (save_shard).
   if (precision_->has_masters() && !zero_->sharded()) {
     s.fp32_masters = named(detail::trainable_names(*model_), precision_->optimizer_params());
   }
-  s.zero_stage = zero_->sharded() ? 1 : 0;
+  s.zero_stage = zero_->sharded() ? config_.zero.stage() : 0;
   s.optimizer_type = detail::optimizer_type(*optimizer_);
   if (scheduler_) {
     s.lr_scheduler =
@@ -125,6 +125,12 @@ std::string Engine::State::save_checkpoint(const std::string& dir, const SaveOpt
   } else {
     source.optimizer = [&](auto& archive) { detail::save_optimizer(*optimizer_, archive); };
   }
+  // ZeRO stage 2 keeps a window's gradients (its own parameters' sums) off .grad.
+  reducer_->show_grads();
+  struct Hide {
+    distributed::GradientReducer& reducer;
+    ~Hide() { reducer.restore_grads(); }
+  } hide{*reducer_};
   return detail::save_checkpoint(
       context.get(), dir,
       options.tag().value_or(c10::str("global_step", accumulator_.global_steps())),
@@ -134,8 +140,8 @@ std::string Engine::State::save_checkpoint(const std::string& dir, const SaveOpt
 LoadedCheckpoint Engine::State::load_checkpoint(const std::string& dir,
                                                 const LoadOptions& options) {
   const auto context = checkpoint_context(accumulator_.sizes());
-  const detail::Setup setup{accumulator_.sizes().world_size, accumulator_.gas(),
-                            precision_->name()};
+  const detail::Setup setup{accumulator_.sizes().world_size, accumulator_.gas(), precision_->name(),
+                            zero_->sharded() ? config_.zero.stage() : 0};
   detail::LoadPlan plan;
   return detail::load_checkpoint(
       context.get(), dir, options, setup,
@@ -155,12 +161,12 @@ void Engine::State::plan_load(const detail::ReadCheckpoint& c, const LoadOptions
   for (size_t k = 0; k < precision_->owned().size(); ++k) {
     model.masters[precision_->owned()[k]] = precision_->optimizer_params()[k];
   }
-  // NOTE: [resharding] Whenever ZeRO stage 1 saved the checkpoint or loads it, each
+  // NOTE: [resharding] Whenever ZeRO (stage 1 or 2) saved the checkpoint or loads it, each
   // master comes by name from the file that holds it, and each parameter's optimizer state
   // from its saving rank's optimizer file (read_sources), moved to this rank's own
   // optimizer by parameter (install_resharded): so a checkpoint loads at any stage and W.
   // Whole-tensor shards make this exact: no parameter's state is ever split between files.
-  const bool saved_sharded = c.shared.zero_stage == 1;
+  const bool saved_sharded = c.shared.zero_stage >= 1;
   plan.reshard = c.full && (zero_->sharded() || saved_sharded);
   detail::ReadCheckpoint with_masters = c;  // the masters, from wherever they were saved
   if (plan.reshard) {

@@ -1,4 +1,4 @@
-// The engine's side of a ZeRO stage 1 checkpoint: each rank's shard file, and the load of
+// The engine's side of a ZeRO stage 1 or 2 checkpoint: each rank's shard file, and the load of
 // optimizer state parameter by parameter, from whatever sharding saved it, into whatever
 // sharding loads it. see NOTE: [ZeRO shard file], NOTE: [resharding]
 #include <torch/serialize.h>
@@ -18,7 +18,7 @@
 
 namespace stepwise {
 
-// NOTE: [ZeRO shard file] Under ZeRO stage 1 with W > 1 each rank writes
+// NOTE: [ZeRO shard file] Under ZeRO stage 1 or 2 with W > 1 each rank writes
 // zero_pp_rank_<r>_mp_rank_00_optim_states.pt (DeepSpeed's name): its rank and W, the
 // indices and names of the parameters it owns, their fp32 masters (fp16/bf16) as
 // "fp32_master_<i>", and its optimizer's state as "optimizer" (a LibTorch archive, which
@@ -51,7 +51,8 @@ void Engine::State::save_shard(torch::serialize::OutputArchive& archive) const {
 detail::NamedTensors Engine::State::read_sources(const detail::ReadCheckpoint& c,
                                                  detail::LoadPlan& plan) const {
   STEPWISE_CHECK(!precision_->group_members().empty(), CheckpointError, c.shared_file,
-                 " was saved under ZeRO stage 1, and this engine's optimizer holds tensors "
+                 " was saved under ZeRO stage ", c.shared.zero_stage,
+                 ", and this engine's optimizer holds tensors "
                  "that are not parameters of the model, so the saved state cannot be matched "
                  "to them: build the optimizer over the model's parameters");
   const auto names = detail::trainable_names(*model_);
@@ -115,7 +116,8 @@ detail::NamedTensors Engine::State::read_sources(const detail::ReadCheckpoint& c
   }
   for (const size_t i : owned) {
     STEPWISE_CHECK(found[i], CheckpointError, c.shared_file, " was saved by ", world,
-                   " ranks under ZeRO stage 1, and none of the files that hold this rank's "
+                   " ranks under ZeRO stage ", c.shared.zero_stage,
+                   ", and none of the files that hold this rank's "
                    "parameters by their sizes (",
                    files, ") holds \"", names[i],
                    "\": load the checkpoint with the model it was saved with");

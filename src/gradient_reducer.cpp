@@ -6,9 +6,8 @@
 #include "check.h"
 #include "collectives.h"
 #include "option_checks.h"
+#include "ready_hooks.h"
 
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -32,38 +31,7 @@ struct BucketedReducer::Bucket {
   std::unique_ptr<detail::PendingAllReduce> pending;  // the all-reduce in flight
 };
 
-// The autograd hooks outlive neither the reducer's effect nor its memory: they call
-// through this, which the reducer clears when it is destroyed.
-struct BucketedReducer::HookTarget {
-  std::mutex mutex;
-  BucketedReducer* reducer = nullptr;
-};
-
 namespace {
-
-// Runs after AccumulateGrad has added this backward's gradient into `.grad`.
-class ReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  ReadyHook(std::shared_ptr<void> target, BucketedReducer* (*get)(void*), size_t index)
-      : target_(std::move(target)), get_(get), index_(index) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    if (BucketedReducer* reducer = get_(target_.get())) reducer->gradient_ready(index_);
-    return outputs;
-  }
-
- private:
-  std::shared_ptr<void> target_;
-  BucketedReducer* (*get_)(void*);
-  size_t index_;
-};
-
-// Gloo (LibTorch 1.13) has no bfloat16 all-reduce ("Invalid scalar type"): a bf16
-// bucket on the CPU is summed as fp32, then rounded back into the gradients.
-torch::ScalarType wire_dtype(const torch::Tensor& t) {
-  return t.scalar_type() == torch::kBFloat16 && t.device().is_cpu() ? torch::kFloat
-                                                                    : t.scalar_type();
-}
 
 // NOTE: [bucket views] layout: the indices of `params` in each bucket, in reverse
 // registration order (backward's), a new bucket at each change of dtype or device and
@@ -102,12 +70,7 @@ BucketedReducer::BucketedReducer(std::shared_ptr<Context> context, int64_t bucke
                         "must be a finite number > 0, got ", predivide_);
 }
 
-BucketedReducer::~BucketedReducer() {
-  if (hook_target_) {
-    std::lock_guard<std::mutex> lock(hook_target_->mutex);
-    hook_target_->reducer = nullptr;
-  }
-}
+BucketedReducer::~BucketedReducer() = default;
 
 void BucketedReducer::attach(std::vector<torch::Tensor>& params) {
   if (!context_ || context_->world_size() == 1 || !params_.empty()) return;
@@ -124,9 +87,9 @@ void BucketedReducer::attach(std::vector<torch::Tensor>& params) {
       bucket_of_[k] = buckets_.size() - 1;
     }
     b.buffer = torch::zeros({total}, params_[b.params.front()].options());
-    b.wire = wire_dtype(b.buffer) == b.buffer.scalar_type()
+    b.wire = detail::wire_dtype(b.buffer) == b.buffer.scalar_type()
                  ? b.buffer
-                 : torch::empty({total}, b.buffer.options().dtype(wire_dtype(b.buffer)));
+                 : torch::empty({total}, b.buffer.options().dtype(detail::wire_dtype(b.buffer)));
     int64_t at = 0;
     for (size_t k : b.params) {
       views_[k] = b.buffer.narrow(0, at, params_[k].numel()).view(params_[k].sizes());
@@ -134,20 +97,9 @@ void BucketedReducer::attach(std::vector<torch::Tensor>& params) {
       adopt(k);
     }
   }
-  // One hook per parameter, on the node that accumulates its gradient.
-  hook_target_ = std::make_shared<HookTarget>();
-  hook_target_->reducer = this;
-  auto get = [](void* target) {
-    auto* t = static_cast<HookTarget*>(target);
-    std::lock_guard<std::mutex> lock(t->mutex);
-    return t->reducer;
-  };
-  for (size_t k = 0; k < params_.size(); ++k) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params_[k]);
-    if (!accumulator) continue;  // not a leaf that requires grad: reduced at step()
-    accumulator->add_post_hook(std::make_unique<ReadyHook>(hook_target_, +get, k));
-    accumulators_.push_back(std::move(accumulator));
-  }
+  // One hook per parameter (not a leaf: none, and reduced at step()).
+  hooks_ = std::make_unique<stepwise::detail::ReadyHooks>(params_,
+                                                          [this](size_t k) { gradient_ready(k); });
 }
 
 void BucketedReducer::adopt(size_t k) {
@@ -274,7 +226,7 @@ void BucketedReducer::flush() {
   if (buffers_.size() <= index) buffers_.resize(index + 1);
   torch::Tensor& bucket = buffers_[index];
   const auto& first = pending_.front();
-  const auto dtype = wire_dtype(first);
+  const auto dtype = detail::wire_dtype(first);
   if (!bucket.defined() || bucket.numel() != pending_numel_ || bucket.scalar_type() != dtype ||
       bucket.device() != first.device()) {
     bucket = torch::empty({pending_numel_}, first.options().dtype(dtype));

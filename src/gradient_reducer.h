@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-namespace torch::autograd {
-struct Node;
-}  // namespace torch::autograd
+namespace stepwise::detail {
+class ReadyHooks;
+}  // namespace stepwise::detail
 
 namespace stepwise::distributed {
 
@@ -56,6 +56,9 @@ class GradientReducer {
   /// them): a reducer that owns their storage points them back to it, keeping the
   /// values they have (none: zeros).
   virtual void restore_grads() {}
+  /// Before a checkpoint reads the gradients of a window: a reducer that keeps them
+  /// elsewhere puts them on `.grad`, until restore_grads().
+  virtual void show_grads() {}
 };
 
 /// NOTE: [bucket views] Sums gradients in flat buckets of at most `bucket_size`
@@ -96,7 +99,6 @@ class BucketedReducer : public GradientReducer {
 
  private:
   struct Bucket;
-  struct HookTarget;
   void flush();
   void adopt(size_t index);   // `index`'s gradient is its bucket view again
   void launch_ready();        // starts complete buckets, in order
@@ -118,8 +120,7 @@ class BucketedReducer : public GradientReducer {
   std::vector<torch::Tensor> views_;  // per parameter: its slice of its bucket
   std::vector<size_t> bucket_of_;     // per parameter
   std::vector<std::unique_ptr<Bucket>> buckets_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // the hooks' nodes
-  std::shared_ptr<HookTarget> hook_target_;  // what the hooks call; cleared on destruction
+  std::unique_ptr<stepwise::detail::ReadyHooks> hooks_;
   bool armed_ = false;
   bool in_backward_ = false;
   size_t next_launch_ = 0;

@@ -216,7 +216,7 @@ size_t Precision::index_of(const torch::Tensor& p) const {
       " that is not a trainable parameter of the model; with ", name(),
       has_masters() ? " the engine replaces each of its parameters by that parameter's fp32 "
                       "master weight"
-                    : " and ZeRO stage 1 the engine keeps only this rank's share of them",
+                    : " and ZeRO the engine keeps only this rank's share of them",
       ", so build the optimizer over the model's parameters (model->parameters())"));
 }
 
@@ -235,7 +235,7 @@ void Precision::adopt(torch::optim::Optimizer& client) {
                  has_masters() ? c10::str("with ", name(),
                                           " the engine hands it the fp32 master weights, which "
                                           "that state does not belong to")
-                               : std::string("with ZeRO stage 1 the engine keeps only this "
+                               : std::string("with ZeRO the engine keeps only this "
                                              "rank's share of its parameters"),
                  ": pass an optimizer that has not stepped");
   for (auto& group : client.param_groups()) {

@@ -1,4 +1,5 @@
 #include "zero.h"
+#include <stepwise/errors.h>
 
 #include <torch/torch.h>
 
@@ -30,6 +31,10 @@ ZeroShards::ZeroShards(const distributed::ZeroOptions& options,
                        const std::vector<torch::Tensor>& params,
                        std::shared_ptr<distributed::Context> context)
     : options_(options), context_(std::move(context)) {
+  STEPWISE_CHECK(options_.stage() >= 0 && options_.stage() <= 2, ConfigError,
+                 "ZeroOptions().stage(", options_.stage(),
+                 "): stepwise runs ZeRO stages 0, 1 and 2 (3 partitions the parameters "
+                 "themselves, which it does not implement)");
   const int64_t world = context_ ? context_->world_size() : 1;
   sharded_ = options_.stage() >= 1 && world > 1;
   std::vector<int64_t> numels;

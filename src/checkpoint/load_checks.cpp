@@ -38,6 +38,9 @@ void check_window_setup(const ReadCheckpoint& c, const Setup& now) {
                                      " (now ", now.gradient_accumulation_steps, ")")
                       : s.precision != now.precision
                           ? c10::str("precision ", s.precision, " (now ", now.precision, ")")
+                      // NOTE: [stage 2 gradients]: a stage-2 window holds sums over the ranks
+                      : (s.zero_stage == 2) != (now.zero_stage == 2)
+                          ? c10::str("ZeRO stage ", s.zero_stage, " (now ", now.zero_stage, ")")
                           : std::string();
   const int64_t pending = s.window_micro_batches;
   STEPWISE_CHECK(reason.empty(), CheckpointError, "checkpoint ", c.path,

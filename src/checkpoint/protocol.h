@@ -44,6 +44,7 @@ struct Setup {
   int64_t world_size = 1;
   int64_t gradient_accumulation_steps = 1;
   std::string precision = "fp32";
+  int64_t zero_stage = 0;  // 0 when unsharded (W = 1)
 };
 
 /// A checkpoint as read from disk, before anything is applied.

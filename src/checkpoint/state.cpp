@@ -171,8 +171,8 @@ SharedState shared_state_from(const c10::IValue& value, const std::string& file)
                 ">= 1");
     const auto zero = d.find(c10::IValue(std::string("zero_stage")));  // absent: before ZeRO
     if (zero != d.end()) s.zero_stage = zero->value().toInt();
-    check_field(s.zero_stage == 0 || s.zero_stage == 1, file, "zero_stage",
-                static_cast<double>(s.zero_stage), "0 or 1");
+    check_field(s.zero_stage >= 0 && s.zero_stage <= 2, file, "zero_stage",
+                static_cast<double>(s.zero_stage), "0, 1 or 2");
     s.gradient_accumulation_steps = entry(d, "gradient_accumulation_steps", file).toInt();
     check_field(s.gradient_accumulation_steps >= 1, file, "gradient_accumulation_steps",
                 static_cast<double>(s.gradient_accumulation_steps), ">= 1");

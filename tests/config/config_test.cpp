@@ -182,10 +182,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "gradient_clipping must be a finite number in [0, 3.40282e+38], got -1"},
         ErrorCase{"ZeroStepsPerPrint", R"({"train_batch_size": 8, "steps_per_print": 0})",
                   "steps_per_print must be a positive integer, got 0"},
-        ErrorCase{"ZeroStage", R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}})",
-                  "zero_optimization.stage 2 (gradients sharded as they are produced) is not "
-                  "implemented yet; use stage 1, which shards the optimizer state and the fp32 "
-                  "master weights and reduces the gradients at the boundary"},
+        ErrorCase{"ZeroStage", R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})",
+                  "zero_optimization.stage 3 partitions the parameters themselves, which "
+                  "stepwise does not implement; use stage 2 (the optimizer state, the fp32 "
+                  "masters and the gradients sharded) or 1"},
         ErrorCase{"ZeroUnknownKey",
                   R"({"train_batch_size": 8, "zero_optimization": {"stage": 0,
                       "offload_optimiser": {"device": "cpu"}}})",

@@ -59,8 +59,8 @@ TEST(DeepSpeedFeatures, WhatOnlyObservesIsAcceptedWithOneNoteEach) {
       "LibTorch model does its own recomputation",
       "\"comms_logger\" has no effect in stepwise: stepwise does not log its collectives; the "
       "progress line shows the all-reduce time with wall_clock_breakdown",
-      "\"zero_allow_untested_optimizer\" has no effect in stepwise: stepwise's ZeRO stage 1 "
-      "shards whole tensors, so every optimizer runs sharded as it runs unsharded"};
+      "\"zero_allow_untested_optimizer\" has no effect in stepwise: stepwise's ZeRO stages 1 "
+      "and 2 shard whole tensors, so every optimizer runs sharded as it runs unsharded"};
   EXPECT_EQ(config.notes, expected);
 }
 
@@ -86,7 +86,7 @@ TEST(DeepSpeedFeatures, EveryProblemOfAFileIsInOneErrorNumbered) {
   EXPECT_EQ(refusal_of(R"({
     "train_batch_size": 8, "gradient_clipping": -1, "steps_per_print": "10",
     "fp32_allreduce": true, "optimizer": {"type": "AdamW", "params": {"lr": "auto",
-    "weight_decay": "auto"}}, "zero_optimization": {"stage": 2}, "bf16": {"enabeld": true}
+    "weight_decay": "auto"}}, "zero_optimization": {"stage": 3}, "bf16": {"enabeld": true}
   })"),
             "7 problems in the configuration (fix them all, then run again):\n"
             "  1. gradient_clipping must be a finite number in [0, 3.40282e+38], got -1\n"
@@ -96,9 +96,9 @@ TEST(DeepSpeedFeatures, EveryProblemOfAFileIsInOneErrorNumbered) {
             "  4. optimizer.params.weight_decay is \"auto\", HF Trainer's placeholder: fill it "
             "with AutoValues' weight_decay, or write the value\n"
             "  5. unknown key bf16.enabeld (value true); valid keys here are: enabled\n"
-            "  6. zero_optimization.stage 2 (gradients sharded as they are produced) is not "
-            "implemented yet; use stage 1, which shards the optimizer state and the fp32 master "
-            "weights and reduces the gradients at the boundary\n"
+            "  6. zero_optimization.stage 3 partitions the parameters themselves, which "
+            "stepwise does not implement; use stage 2 (the optimizer state, the fp32 masters "
+            "and the gradients sharded) or 1\n"
             "  7. \"fp32_allreduce\" (value true) is a DeepSpeed feature stepwise does not "
             "support: all-reducing half or bf16 gradients in fp32 is not implemented; set it to "
             "false");
@@ -194,6 +194,17 @@ TEST(DeepSpeedFeatures, ZeroStageOneHonoursItsBucketsAndNamesTheRest) {
   EXPECT_EQ(c.notes[0],
             "zero_optimization keys with no effect at stage 1 here (see docs/zero.md): "
             "contiguous_gradients, reduce_scatter, offload_optimizer");
+  // Stage 2 honours the buckets; its reduces run as backward fills them, so overlap_comm
+  // changes nothing (NOTE: [stage 2 gradients]).
+  const auto two = Config::from_string(R"({"train_batch_size": 8, "zero_optimization": {
+    "stage": 2, "reduce_bucket_size": 1000, "overlap_comm": false, "round_robin_gradients": true}})");
+  EXPECT_EQ(two.zero.stage(), 2);
+  EXPECT_EQ(two.reducer.bucket_size(), 1000);
+  EXPECT_TRUE(two.reducer.overlap_comm());  // the default, unchanged
+  ASSERT_EQ(two.notes.size(), 1u);
+  EXPECT_EQ(two.notes[0],
+            "zero_optimization keys with no effect at stage 2 here (see docs/zero.md): "
+            "overlap_comm, round_robin_gradients");
   // At stage 0 the same keys change nothing, as in DeepSpeed.
   const auto zero = Config::from_string(
       R"({"train_batch_size": 8, "zero_optimization": {"stage": 0, "reduce_bucket_size": 1000}})");
@@ -217,7 +228,8 @@ TEST(DeepSpeedFeatures, ZeroStageOneHonoursItsBucketsAndNamesTheRest) {
             "or set its \"device\" to \"none\"");
   EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})"),
             "zero_optimization.stage 3 partitions the parameters themselves, which stepwise "
-            "does not implement; use stage 1");
+            "does not implement; use stage 2 (the optimizer state, the fp32 masters and the "
+            "gradients sharded) or 1");
   EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})"),
             "zero_optimization.stage is 4; DeepSpeed's stages are 0, 1, 2 and 3");
   EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,

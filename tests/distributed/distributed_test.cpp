@@ -176,10 +176,12 @@ TEST_F(DataParallel, TwoRanksMatchOneRankWithTheSameGlobalBatch) {
   }
 }
 
-TEST_F(DataParallel, ZeroStageOneEqualsStageZeroBitForBit) {
+TEST_F(DataParallel, ZeroStagesOneAndTwoAgainstStageZero) {
   // fp32, bf16 and fp16 (with overflows: skipped steps) at GAS 1, 2 and 4, a flushed window,
   // hand-set boundaries, the token-level loss, a client SGD, parameter groups and FusedAdamW,
-  // all clipped: see tests/distributed/zero_worker.cpp.
+  // all clipped: see tests/distributed/zero_worker.cpp. Stage 1 is stage 0 bit for bit;
+  // stage 2 too with one micro-step per window, and within rounding with more (NOTE:
+  // [stage 2 gradients]), with no gradient left on .grad between micro-steps.
   auto ranks = run_ranks(2, {"zero"}, std::chrono::seconds(240));
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
@@ -187,20 +189,25 @@ TEST_F(DataParallel, ZeroStageOneEqualsStageZeroBitForBit) {
                                    "boundaries; in fp16, 7 skipped for overflow and 17 applied)"),
               std::string::npos)
         << ranks[r].output;
+    EXPECT_NE(ranks[r].output.find("stage 2 equals stage 0 bit for bit in 3 cases of one "
+                                   "micro-step per window, and within tolerance in 14"),
+              std::string::npos)
+        << ranks[r].output;
   }
 }
 
-TEST_F(DataParallel, ZeroStageOneCheckpointsResumeBitForBit) {
-  // fp32 and fp16, saved inside a window and at a boundary (NOTE: [ZeRO resume test]),
-  // resharded to stage 0 and back and across world sizes (NOTE: [resharding]).
+TEST_F(DataParallel, ZeroCheckpointsResumeBitForBit) {
+  // fp32 and fp16 at stages 1 and 2, saved inside a window and at a boundary (NOTE: [ZeRO
+  // resume test]), resharded to stage 0 and back and across world sizes (NOTE:
+  // [resharding]); a stage-2 window is not continued at stage 1.
   const std::string dir =
       ::testing::TempDir() + "/stepwise_zero_ckpt_" + std::to_string(::getpid());
   testing::remove_tree(dir);
   auto ranks = run_ranks(2, {"zero-checkpoint", dir}, std::chrono::seconds(240));
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
-    EXPECT_NE(ranks[r].output.find("resumed bit for bit from 4 checkpoints, resharded to "
-                                   "stage 0 and back from 4, 0 failures"),
+    EXPECT_NE(ranks[r].output.find("ZeRO stages 1 and 2 resumed bit for bit from 8 "
+                                   "checkpoints, resharded to stage 0 and back from 4, 0 failures"),
               std::string::npos)
         << ranks[r].output;
   }

@@ -10,7 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <limits>
 #include <sstream>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "distributed/zero_worker.h"
+#include "gradient_reducer.h"  // the reducer's call count
 
 namespace {
 
@@ -116,7 +120,8 @@ std::vector<Report> train(const Case& c, int64_t stage, int64_t rank, int64_t wo
                                              : torch::kFloat;
   std::vector<Report> reports;
   const int64_t micro = 6 * c.gas;
-  for (int64_t t = 0; t < micro; ++t) {
+  int64_t backwards = 0;
+  for (int64_t t = 0; t < micro; ++t, ++backwards) {
     torch::manual_seed(1000 + world * t + rank);
     const auto x = torch::randn({4, 16, 8});
     const auto y = torch::randn({4, 8});
@@ -139,13 +144,37 @@ std::vector<Report> train(const Case& c, int64_t stage, int64_t rank, int64_t wo
       }
       engine.backward(loss);
     }
+    if (stage == 2 && world > 1) {
+      // NOTE: [stage 2 gradients]: no gradient stays on .grad between micro-steps.
+      for (const auto& p : model->parameters()) {
+        if (p.grad().defined()) {
+          std::cout << "FAILED: " << describe(c) << ": a gradient on .grad after backward "
+                    << "at stage 2" << std::endl;
+          extra_failures += 1;
+          break;
+        }
+      }
+    }
     engine.step();
     const bool flushed = c.variant == "flush" && t == micro - 2 && engine.flush();
     if (engine.global_steps() > static_cast<int64_t>(reports.size()))
       reports.push_back(report_of(engine, *model));
-    if (flushed) break;  // the last window ended early, with 1 of its GAS micro-batches
+    if (flushed) {  // the last window ended early, with 1 of its GAS micro-batches
+      backwards += 1;
+      break;
+    }
   }
-  if (stage == 1 && world > 1) {
+  if (stage == 2 && world == 2) {
+    // Two owners' buckets (the default bucket holds a rank's whole share), one reduce each
+    // per micro-step.
+    const int64_t calls = engine.gradient_reducer().all_reduce_calls();
+    if (calls != 2 * backwards) {
+      std::cout << "FAILED: " << describe(c) << ": " << calls << " reduces in " << backwards
+                << " backward() calls" << std::endl;
+      extra_failures += 1;
+    }
+  }
+  if (stage >= 1 && world > 1) {
     // This rank keeps and steps its share only.
     const size_t all = model->parameters().size();
     if (engine.master_params().size() >= all) {
@@ -215,34 +244,61 @@ int run_zero_checkpoint(const std::string& dir, int64_t rank, int64_t world) {
     failures += 1;
   };
   for (const std::string precision : {"fp32", "fp16"}) {
-    Run ref = start(precision, 1);
-    for (int64_t t = 0; t < 12; ++t) micro_step(ref, precision, t, rank, world);
-    const Report want = report_of(ref.engine, *ref.model);
-    for (int64_t at : {7, 8}) {
-      const std::string tag = precision + "_at" + std::to_string(at);
-      {
-        Run first = start(precision, 1);
-        for (int64_t t = 0; t < at; ++t) micro_step(first, precision, t, rank, world);
-        if (first.engine.skipped_steps() == first.engine.global_steps()) {
-          fail(tag + ": no step was applied before the save");
+    Report want;  // stage 1's uninterrupted run
+    for (const int64_t stage : {1, 2}) {
+      Run ref = start(precision, stage);
+      for (int64_t t = 0; t < 12; ++t) micro_step(ref, precision, t, rank, world);
+      const Report uninterrupted = report_of(ref.engine, *ref.model);
+      if (stage == 1) want = uninterrupted;
+      for (int64_t at : {7, 8}) {
+        const std::string tag =
+            precision + (stage == 2 ? "_stage2" : "") + "_at" + std::to_string(at);
+        {
+          Run first = start(precision, stage);
+          for (int64_t t = 0; t < at; ++t) micro_step(first, precision, t, rank, world);
+          if (first.engine.skipped_steps() == first.engine.global_steps()) {
+            fail(tag + ": no step was applied before the save");
+          }
+          first.engine.save_checkpoint(dir, stepwise::SaveOptions().tag(tag));
+          // The save leaves the window as it was: the run goes on as if it had not saved.
+          if (!same_run(finish(first, precision, at, rank, world), uninterrupted)) {
+            fail(tag + ": the run that saved differs from the uninterrupted one");
+          }
         }
-        first.engine.save_checkpoint(dir, stepwise::SaveOptions().tag(tag));
+        Run second = start(precision, stage);
+        {
+          torch::NoGradGuard no_grad;
+          for (auto& p : second.model->parameters()) p.fill_(0.3);  // not the saved weights
+        }
+        second.engine.load_checkpoint(dir, stepwise::LoadOptions().tag(tag));
+        for (int64_t t = at; t < 12; ++t) micro_step(second, precision, t, rank, world);
+        const Report got = report_of(second.engine, *second.model);
+        if (!same_run(got, uninterrupted)) {
+          fail(tag + ": the resumed run differs from the uninterrupted one");
+        }
+        const std::string mine = dir + "/" + tag + "/zero_pp_rank_" + std::to_string(rank) +
+                                 "_mp_rank_00_optim_states.pt";
+        if (!std::ifstream(mine).good()) fail(tag + ": no " + mine);
+        if (std::ifstream(dir + "/" + tag + "/optimizer_states.pt").good()) {
+          fail(tag + ": a sharded save wrote the unsharded optimizer file");
+        }
       }
-      Run second = start(precision, 1);
-      {
-        torch::NoGradGuard no_grad;
-        for (auto& p : second.model->parameters()) p.fill_(0.3);  // not the saved weights
+    }
+    // NOTE: [stage 2 gradients]: a stage-2 window's gradients are sums over the ranks, so
+    // another stage does not continue it (at a boundary it may: the state is stage 1's).
+    try {
+      Run one = start(precision, 1);
+      one.engine.load_checkpoint(dir, stepwise::LoadOptions().tag(precision + "_stage2_at7"));
+      fail(precision + ": stage 2's window was continued at stage 1");
+    } catch (const stepwise::CheckpointError& e) {
+      if (std::string(e.what()).find("with ZeRO stage 2 (now 1)") == std::string::npos) {
+        fail(precision + ": stage 2's window at stage 1: " + e.what());
       }
-      second.engine.load_checkpoint(dir, stepwise::LoadOptions().tag(tag));
-      for (int64_t t = at; t < 12; ++t) micro_step(second, precision, t, rank, world);
-      const Report got = report_of(second.engine, *second.model);
-      if (!same_run(got, want)) fail(tag + ": the resumed run differs from the uninterrupted one");
-      const std::string mine =
-          dir + "/" + tag + "/zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_optim_states.pt";
-      if (!std::ifstream(mine).good()) fail(tag + ": no " + mine);
-      if (std::ifstream(dir + "/" + tag + "/optimizer_states.pt").good()) {
-        fail(tag + ": a sharded save wrote the unsharded optimizer file");
-      }
+    }
+    {
+      Run one = start(precision, 1);
+      one.engine.load_checkpoint(dir, stepwise::LoadOptions().tag(precision + "_stage2_at8"));
+      if (one.engine.global_steps() != 4) fail(precision + ": stage 2 -> 1 at a boundary");
     }
     // NOTE: [resharding]: stage 1 -> stage 0 and stage 0 -> stage 1 at a boundary; stage 0
     // is stage 1 to the bit, so each run ends as the uninterrupted one.
@@ -262,7 +318,7 @@ int run_zero_checkpoint(const std::string& dir, int64_t rank, int64_t world) {
       fail(precision + ": stage 0's checkpoint resumed at stage 1 differs");
     }
   }
-  std::cout << "rank " << rank << ": ZeRO stage 1 resumed bit for bit from 4 checkpoints, "
+  std::cout << "rank " << rank << ": ZeRO stages 1 and 2 resumed bit for bit from 8 checkpoints, "
             << "resharded to stage 0 and back from 4, " << failures << " failures" << std::endl;
   return failures;
 }
@@ -299,6 +355,59 @@ int run_zero_reshard(const std::string& dir, int64_t rank, int64_t world) {
   return failures;
 }
 
+namespace {
+
+// How `other` differs from stage 0's run, "" if it does not: bit for bit when `tolerance`
+// is 0; else the weights and the grad norm within `tolerance` (relative to the largest
+// weight, and to the norm) and every other number equal.
+std::string difference(const std::vector<Report>& zero, const std::vector<Report>& other,
+                       double tolerance, double& worst) {
+  std::ostringstream bad;
+  if (zero.size() != other.size() || zero.empty()) {
+    bad << zero.size() << " vs " << other.size() << " boundaries";
+  }
+  for (size_t s = 0; s < zero.size() && s < other.size() && bad.str().empty(); ++s) {
+    const auto& a = zero[s];
+    const auto& b = other[s];
+    std::ostringstream at;
+    at << " at boundary " << s + 1 << "; ";
+    if (a.loss_scale != b.loss_scale)
+      bad << "loss scale " << a.loss_scale << " vs " << b.loss_scale << at.str();
+    const bool nans = std::isnan(a.grad_norm) && std::isnan(b.grad_norm);
+    if (!nans && std::abs(a.grad_norm - b.grad_norm) > tolerance * std::abs(a.grad_norm))
+      bad << "grad norm " << a.grad_norm << " vs " << b.grad_norm << at.str();
+    if (a.lrs != b.lrs) bad << "lrs" << at.str();
+    if (a.applied != b.applied || a.skipped != b.skipped) bad << "skipped steps" << at.str();
+    if (a.global_steps != b.global_steps || a.micro_steps != b.micro_steps ||
+        a.samples != b.samples)
+      bad << "counters" << at.str();
+    for (size_t i = 0; i < a.weights.size(); ++i) {
+      const double scale = a.weights[i].abs().max().item<double>();
+      const double diff = (a.weights[i] - b.weights[i]).abs().max().item<double>();
+      worst = std::max(worst, diff / std::max(scale, 1e-30));
+      const bool fits =
+          tolerance == 0 ? torch::equal(a.weights[i], b.weights[i]) : diff <= tolerance * scale;
+      if (!fits) {
+        bad << "weight " << i << " differs by " << diff << at.str();
+        break;
+      }
+    }
+    if (tolerance == 0) {
+      // The sharded run's masters are stage 0's at the indices this rank owns, in order.
+      size_t k = 0;
+      for (size_t i = 0; i < a.masters.size() && k < b.masters.size(); ++i) {
+        if (a.masters[i].sizes() == b.masters[k].sizes() &&
+            torch::equal(a.masters[i], b.masters[k]))
+          k += 1;
+      }
+      if (k != b.masters.size()) bad << "this rank's masters are not stage 0's" << at.str();
+    }
+  }
+  return bad.str();
+}
+
+}  // namespace
+
 int run_zero_matrix(int64_t rank, int64_t world) {
   std::vector<Case> cases;
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
@@ -309,56 +418,47 @@ int run_zero_matrix(int64_t rank, int64_t world) {
   }
   cases.push_back({"bf16", 2, "client"});
   cases.push_back({"fp16", 2, "fused"});
-  int failures = 0;
+  int failures = 0, one_failures = 0;
   int64_t boundaries = 0, skipped = 0, fp16_applied = 0;
+  int exact_two = 0, close_two = 0;
+  double worst_fp32 = 0, worst_half = 0;  // the largest weight difference, of the weight
   for (const auto& c : cases) {
     const auto zero = train(c, 0, rank, world);
-    const auto one = train(c, 1, rank, world);
-    std::ostringstream bad;
-    if (zero.size() != one.size() || zero.empty()) {
-      bad << zero.size() << " vs " << one.size() << " boundaries";
+    double ignored = 0;
+    const std::string one = difference(zero, train(c, 1, rank, world), 0.0, ignored);
+    if (!one.empty()) {
+      std::cout << "FAILED: stage 1, " << describe(c) << ": " << one << std::endl;
+      one_failures += 1;
     }
-    for (size_t s = 0; s < zero.size() && s < one.size() && bad.str().empty(); ++s) {
-      const auto& a = zero[s];
-      const auto& b = one[s];
-      std::ostringstream at;
-      at << " at boundary " << s + 1 << "; ";
-      if (a.loss_scale != b.loss_scale)
-        bad << "loss scale " << a.loss_scale << " vs " << b.loss_scale << at.str();
-      if (a.grad_norm != b.grad_norm && !(std::isnan(a.grad_norm) && std::isnan(b.grad_norm)))
-        bad << "grad norm " << a.grad_norm << " vs " << b.grad_norm << at.str();
-      if (a.lrs != b.lrs) bad << "lrs" << at.str();
-      if (a.applied != b.applied || a.skipped != b.skipped) bad << "skipped steps" << at.str();
-      if (a.global_steps != b.global_steps || a.micro_steps != b.micro_steps ||
-          a.samples != b.samples)
-        bad << "counters" << at.str();
-      for (size_t i = 0; i < a.weights.size(); ++i) {
-        if (!torch::equal(a.weights[i], b.weights[i])) {
-          bad << "weight " << i << " differs by "
-              << (a.weights[i] - b.weights[i]).abs().max().item<double>() << at.str();
-          break;
-        }
-      }
-      // Stage 1's masters are stage 0's at the indices this rank owns, in order.
-      size_t k = 0;
-      for (size_t i = 0; i < a.masters.size() && k < b.masters.size(); ++i) {
-        if (a.masters[i].sizes() == b.masters[k].sizes() &&
-            torch::equal(a.masters[i], b.masters[k]))
-          k += 1;
-      }
-      if (k != b.masters.size()) bad << "this rank's masters are not stage 0's" << at.str();
+    // NOTE: [stage 2 gradients]: one micro-step per window sums the same two numbers as
+    // stage 0, bit for bit; more add in another order, within the rounding of the sums
+    // (fp32: 1e-5 of the largest weight after 6 clipped AdamW steps; bf16 and fp16 round
+    // every weight to 8 or 11 bits, so a rounding apart is 2^-7 of it).
+    const bool exact = c.gas == 1;
+    const double tolerance = exact ? 0.0 : c.precision == "fp32" ? 1e-5 : 1.0 / 128;
+    const std::string two = difference(zero, train(c, 2, rank, world), tolerance,
+                                       exact                   ? ignored
+                                       : c.precision == "fp32" ? worst_fp32
+                                                               : worst_half);
+    if (!two.empty()) {
+      std::cout << "FAILED: stage 2, " << describe(c) << ": " << two << std::endl;
+      failures += 1;
+    } else {
+      (exact ? exact_two : close_two) += 1;
+    }
+    for (const auto& b : zero) {
       boundaries += 1;
       skipped += b.applied ? 0 : 1;
       fp16_applied += b.applied && c.precision == "fp16" ? 1 : 0;
     }
-    if (!bad.str().empty()) {
-      std::cout << "FAILED: " << describe(c) << ": " << bad.str() << std::endl;
-      failures += 1;
-    }
   }
   std::cout << "rank " << rank << ": stage 1 equals stage 0 bit for bit in "
-            << cases.size() - failures << " of " << cases.size() << " cases (" << boundaries
+            << cases.size() - one_failures << " of " << cases.size() << " cases (" << boundaries
             << " boundaries; in fp16, " << skipped << " skipped for overflow and " << fp16_applied
             << " applied)" << std::endl;
-  return failures + extra_failures;
+  std::cout << "rank " << rank << ": stage 2 equals stage 0 bit for bit in " << exact_two
+            << " cases of one micro-step per window, and within tolerance in " << close_two
+            << " (largest weight difference: fp32 " << std::setprecision(1) << worst_fp32
+            << ", bf16 and fp16 " << worst_half << " of the weight)" << std::endl;
+  return failures + one_failures + extra_failures;
 }

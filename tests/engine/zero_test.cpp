@@ -1,5 +1,5 @@
-// ZeRO stage 1 on one process: which rank owns which parameter, and stage 1 at W = 1 (as
-// DeepSpeed allows) is stage 0. The W = 2 matrix is tests/distributed/zero_worker.cpp.
+// ZeRO on one process: which rank owns which parameter, and stages 1 and 2 at W = 1 (as
+// DeepSpeed allows) are stage 0. The W = 2 matrix is tests/distributed/zero_worker.cpp.
 #include <stepwise/stepwise.h>
 
 #include <gtest/gtest.h>
@@ -35,7 +35,7 @@ TEST(ZeroShards, AnOptimizerOverNoParametersStepsNothing) {
   EXPECT_NO_THROW(fused->step());
 }
 
-TEST(ZeroShards, StageOneOnOneRankIsStageZero) {
+TEST(ZeroShards, StagesOneAndTwoOnOneRankAreStageZero) {
   const auto run = [](int64_t stage) {
     torch::manual_seed(3);
     auto model = std::make_shared<torch::nn::Linear>(4, 3);
@@ -56,9 +56,28 @@ TEST(ZeroShards, StageOneOnOneRankIsStageZero) {
     return std::make_pair(engine.master_params()[0].clone(), engine.global_grad_norm());
   };
   const auto zero = run(0);
-  const auto one = run(1);
-  EXPECT_TRUE(torch::equal(zero.first, one.first));
-  EXPECT_EQ(zero.second, one.second);
+  for (int64_t stage : {1, 2}) {
+    const auto sharded = run(stage);
+    EXPECT_TRUE(torch::equal(zero.first, sharded.first)) << "stage " << stage;
+    EXPECT_EQ(zero.second, sharded.second) << "stage " << stage;
+  }
+}
+
+TEST(ZeroShards, AStageBuiltInCppIsCheckedToo) {
+  // A Config built in C++ skips the JSON parser's check of the stage.
+  Config config;
+  config.train_micro_batch_size_per_gpu = 2;
+  config.optimizer = OptimizerOptions("SGD").lr(0.1);
+  config.zero = distributed::ZeroOptions().stage(3);
+  auto model = std::make_shared<torch::nn::Linear>(4, 3);
+  try {
+    initialize(*model, config);
+    FAIL() << "stage 3 was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "ZeroOptions().stage(3): stepwise runs ZeRO stages 0, 1 and 2 (3 partitions the "
+                 "parameters themselves, which it does not implement)");
+  }
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
-// ZeRO stage 1 against stage 0 at W = 2 (two ranks, each a fresh process started from
-// this one): per rank and stage, the bytes held for weights, gradients and optimizer state
-// (measured from the tensors) next to the ZeRO paper's formulas, the peak resident memory
-// that training adds to the model's, and the time per optimizer step. fp32 AdamW or bf16.
+// ZeRO stages 1 and 2 against stage 0 at W = 2 (two ranks, each a fresh process started
+// from this one): per rank and stage, the bytes held for weights, gradients (on .grad) and
+// optimizer state (measured from the tensors) next to the ZeRO paper's formulas, the peak
+// resident memory that training adds to the model's, and the time per optimizer step (GAS
+// micro-steps). fp32 AdamW or bf16. Every stage uses the same reduce bucket, one layer.
 //
-//   zero_bench [--params-millions N] [--steps N] [--bf16]
+//   zero_bench [--params-millions N] [--steps N] [--gas N] [--bf16]
 #include <stepwise/stepwise.h>
 
 #include <nlohmann/json.hpp>
@@ -48,7 +49,7 @@ int64_t bytes_of(const std::vector<torch::Tensor>& tensors) {
 }
 
 // One rank: builds the model, trains `steps` optimizer steps, prints one line of results.
-int rank_main(int64_t stage, int64_t width, int64_t layers, int64_t steps, bool bf16) {
+int rank_main(int64_t stage, int64_t width, int64_t layers, int64_t steps, int64_t gas, bool bf16) {
   torch::set_num_threads(1);
   stepwise::distributed::init();
   torch::manual_seed(0);
@@ -58,7 +59,9 @@ int rank_main(int64_t stage, int64_t width, int64_t layers, int64_t steps, bool 
   auto engine = stepwise::initialize(
       model.ptr(), stepwise::Config::from_json(
                        {{"train_micro_batch_size_per_gpu", 4},
+                        {"gradient_accumulation_steps", gas},
                         {"steps_per_print", 1000000},
+                        {"stepwise", {{"reduce_bucket_size", width * width + width}}},
                         {"bf16", {{"enabled", bf16}}},
                         {"zero_optimization", {{"stage", stage}}},
                         {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-5}}}}}}));
@@ -67,8 +70,10 @@ int rank_main(int64_t stage, int64_t width, int64_t layers, int64_t steps, bool 
   double ms = 0;
   for (int64_t s = 0; s <= steps; ++s) {
     const auto start = Clock::now();
-    engine.backward(model->forward(x).to(torch::kFloat).pow(2).mean());
-    engine.step();
+    for (int64_t m = 0; m < gas; ++m) {
+      engine.backward(model->forward(x).to(torch::kFloat).pow(2).mean());
+      engine.step();
+    }
     if (s > 0) ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   }
   std::vector<torch::Tensor> weights, grads, state;
@@ -142,7 +147,7 @@ std::vector<RankResult> run_stage(const char* self, int64_t stage,
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t millions = 50, steps = 3, stage = -1;
+  int64_t millions = 50, steps = 3, gas = 2, stage = -1;
   bool bf16 = false;
   std::vector<std::string> pass;
   for (int i = 1; i < argc; ++i) {
@@ -155,32 +160,36 @@ int main(int argc, char** argv) {
     } else if (a == "--steps" && i + 1 < argc) {
       steps = std::stoll(argv[++i]);
       pass.insert(pass.end(), {a, argv[i]});
+    } else if (a == "--gas" && i + 1 < argc) {
+      gas = std::stoll(argv[++i]);
+      pass.insert(pass.end(), {a, argv[i]});
     } else if (a == "--bf16") {
       bf16 = true;
       pass.push_back(a);
     } else {
-      std::cerr << "usage: zero_bench [--params-millions N] [--steps N] [--bf16]\n";
+      std::cerr << "usage: zero_bench [--params-millions N] [--steps N] [--gas N] [--bf16]\n";
       return 2;
     }
   }
   const int64_t width = 2048;
   const int64_t per_layer = width * width + width;
   const int64_t layers = std::max<int64_t>(1, (millions * 1000000 + per_layer / 2) / per_layer);
-  if (stage >= 0) return rank_main(stage, width, layers, steps, bf16);
+  if (stage >= 0) return rank_main(stage, width, layers, steps, gas, bf16);
 
   const double params = static_cast<double>(layers * (width * width + width));
   std::cout << "ZeRO at W = 2, " << (bf16 ? "bf16" : "fp32") << " AdamW, " << layers << " Linear("
             << width << ", " << width << ") = " << std::fixed << std::setprecision(1)
-            << params / 1e6 << "M parameters, " << steps << " steps (after one warm-up)\n";
+            << params / 1e6 << "M parameters, GAS " << gas << ", " << steps
+            << " steps (after one warm-up)\n";
   // The ZeRO paper's bytes per parameter: weights, gradients, masters + AdamW state.
   const double wb = bf16 ? 2 : 4, state_b = bf16 ? 12 : 8;
   std::vector<std::vector<RankResult>> results;
   std::cout.flush();  // before the forks, or each child prints it again
-  for (int64_t s : {0, 1}) results.push_back(run_stage(argv[0], s, pass));
+  for (int64_t s : {0, 1, 2}) results.push_back(run_stage(argv[0], s, pass));
   const double mib = 1024.0 * 1024.0;
   std::cout << "stage rank  weights MiB  grads MiB  masters+state MiB (formula)  "
                "peak RSS added MiB  ms/step\n";
-  for (int64_t s : {0, 1}) {
+  for (int64_t s : {0, 1, 2}) {
     for (int r = 0; r < 2; ++r) {
       const auto& x = results[s][r];
       const double formula = params * state_b / (s == 0 ? 1 : 2) / mib;
@@ -193,9 +202,15 @@ int main(int argc, char** argv) {
   const auto mean = [&](int64_t s, double RankResult::*f) {
     return (results[s][0].*f + results[s][1].*f) / 2;
   };
-  std::cout << std::setprecision(3) << "stage 1 / stage 0: peak RSS added "
-            << mean(1, &RankResult::added_mib) / mean(0, &RankResult::added_mib) << "x (formula "
-            << (wb + state_b / 2) / (wb + state_b) << "x), ms/step "
-            << mean(1, &RankResult::ms) / mean(0, &RankResult::ms) << "x\n";
+  // The paper's bytes per parameter that training adds to the model's weights: gradients,
+  // masters and state; stage 1 halves the state, stage 2 the gradients too (which it keeps
+  // inside the engine, not on .grad: the grads column shows 0).
+  const double formula[] = {wb + state_b, wb + state_b / 2, wb / 2 + state_b / 2};
+  for (int64_t s : {1, 2}) {
+    std::cout << std::setprecision(3) << "stage " << s << " / stage 0: peak RSS added "
+              << mean(s, &RankResult::added_mib) / mean(0, &RankResult::added_mib) << "x (formula "
+              << formula[s] / formula[0] << "x), ms/step "
+              << mean(s, &RankResult::ms) / mean(0, &RankResult::ms) << "x\n";
+  }
   return 0;
 }
