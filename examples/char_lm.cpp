@@ -5,7 +5,7 @@
 // tokens/s. One process, or several under tools/launch -n 2.
 //
 //   char_lm [--steps N] [--gas N] [--micro-batch N] [--bf16] [--text FILE] [--save DIR]
-//           [--save-every N] [--csv DIR] [--stop-at N] [--target L]
+//           [--save-every N] [--csv DIR] [--stop-at N] [--target L] [--zero STAGE]
 //
 // Prints "final loss L (started at S)" and exits 1 unless the loss fell below --target.
 // --stop-at N ends the process after N optimizer steps of a run planned for --steps (an
@@ -38,6 +38,7 @@ struct Options {
   std::string csv;       // csv_monitor's output_path
   double target = 2.6;   // the loss to reach (nats per character)
   int64_t stop_at = -1;  // stop after this many optimizer steps (-1: at --steps)
+  int64_t zero = 0;      // ZeRO stage (docs/zero.md)
 };
 
 std::string read_text(const std::string& path) {
@@ -76,6 +77,8 @@ Options parse(int argc, char** argv) {
       o.target = std::stod(value());
     else if (a == "--stop-at")
       o.stop_at = std::stoll(value());
+    else if (a == "--zero")
+      o.zero = std::stoll(value());
     else
       throw std::invalid_argument("unknown option " + a + " (see the comment atop char_lm.cpp)");
   }
@@ -102,7 +105,7 @@ int main(int argc, char** argv) try {
                   "warmup_num_steps": 20, "total_num_steps": )",
                o.steps, R"(, "warmup_type": "linear"}},
     "bf16": {"enabled": )",
-               o.bf16 ? "true" : "false", R"(},
+               o.bf16 ? "true" : "false", R"(}, "zero_optimization": {"stage": )", o.zero, R"(},
     "csv_monitor": {"enabled": )",
                o.csv.empty() ? "false" : "true", R"(, "output_path": ")", o.csv,
                R"(", "job_name": "char_lm"}})");
