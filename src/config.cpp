@@ -166,7 +166,6 @@ void check_reducer_keys_agree(const nlohmann::json& json) {
   if (stage == nlohmann::json(0)) return;
   for (const std::string key : {"reduce_bucket_size", "overlap_comm"}) {
     if (!zero.contains(key) || !mine.contains(key) || zero.at(key) == "auto") continue;
-    if (key == "overlap_comm" && stage != nlohmann::json(1)) continue;  // unused at stage 2
     STEPWISE_CHECK(zero.at(key) == mine.at(key), ConfigError, "zero_optimization.", key, " is ",
                    zero.at(key).dump(), " and stepwise.", key, " is ", mine.at(key).dump(),
                    "; both set the gradient reducer's ",

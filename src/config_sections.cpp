@@ -68,8 +68,8 @@ std::string offload_turned_on(const nlohmann::json& zero) {
 
 // NOTE: [ZeRO keys] DeepSpeed accepts every DeepSpeedZeroConfig key at any stage and reads
 // each only at the stages it belongs to. stepwise runs stages 0, 1 and 2: at stages 1 and 2
-// it honours reduce_bucket_size (the gradient reducer's bucket) and allgather_bucket_size
-// (the gather of the updated parameters), and at stage 1 overlap_comm; every other key
+// it honours reduce_bucket_size and overlap_comm (the gradient reducer's) and
+// allgather_bucket_size (the gather of the updated parameters); every other key
 // present is accepted with one note that names it, or refused when it turns on ZeRO-Offload. An
 // unknown key is refused, as DeepSpeed's config model forbids extras.
 void parse_zero(ObjectReader r, Config& out) {
@@ -96,8 +96,8 @@ void parse_zero(ObjectReader r, Config& out) {
   std::vector<std::string> unused;
   for (const auto& key : deepspeed_zero_keys()) {
     if (!r.json().contains(key)) continue;
-    const bool honoured = key == "reduce_bucket_size" || key == "allgather_bucket_size" ||
-                          (key == "overlap_comm" && stage == 1);
+    const bool honoured =
+        key == "reduce_bucket_size" || key == "overlap_comm" || key == "allgather_bucket_size";
     if (key == "stage" || (honoured && stage >= 1)) continue;
     r.claim(key);
     unused.push_back(key);
@@ -128,7 +128,7 @@ void parse_zero(ObjectReader r, Config& out) {
                      "default is 500000000)");
       out.reducer.bucket_size(reduce_bucket_size);
     }
-    if (has_overlap && stage == 1) out.reducer.overlap_comm(overlap_comm);
+    if (has_overlap) out.reducer.overlap_comm(overlap_comm);
   }
   if (stage >= 1 && !auto_buckets.empty()) {
     out.notes.push_back(c10::str("zero_optimization.", join(auto_buckets),

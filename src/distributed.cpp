@@ -163,7 +163,7 @@ void Context::all_reduce_sum(torch::Tensor& tensor, const std::string& what) {
   if (moved) tensor.copy_(on_device);
 }
 
-struct detail::PendingAllReduce::Impl {
+struct detail::PendingCollective::Impl {
   decltype(std::declval<detail::Group&>().allreduce(std::declval<std::vector<torch::Tensor>&>(),
                                                     c10d::AllreduceOptions())) work;
   std::vector<torch::Tensor> tensors;  // kept alive until the work is done
@@ -175,16 +175,16 @@ struct detail::PendingAllReduce::Impl {
 // What the internal collectives (src/collectives.h) reach of a Context and a pending one.
 struct detail::ContextAccess {
   static Context::Impl& impl(Context& context) { return *context.impl_; }
-  static PendingAllReduce::Impl& impl(PendingAllReduce& pending) { return *pending.impl_; }
+  static PendingCollective::Impl& impl(PendingCollective& pending) { return *pending.impl_; }
   [[noreturn]] static void fail(Context& context, const std::string& what,
                                 const std::exception& cause) {
     context.fail(what, cause);
   }
 };
 
-detail::PendingAllReduce::PendingAllReduce(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+detail::PendingCollective::PendingCollective(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-detail::PendingAllReduce::~PendingAllReduce() {
+detail::PendingCollective::~PendingCollective() {
   if (!impl_ || impl_->waited || !impl_->work) return;
   try {
     impl_->work->wait(impl_->timeout);  // the backend must not write into freed memory
@@ -193,16 +193,16 @@ detail::PendingAllReduce::~PendingAllReduce() {
   }
 }
 
-std::unique_ptr<detail::PendingAllReduce> detail::all_reduce_sum_start(Context& context,
-                                                                       torch::Tensor& tensor,
-                                                                       const std::string& what) {
+std::unique_ptr<detail::PendingCollective> detail::all_reduce_sum_start(Context& context,
+                                                                        torch::Tensor& tensor,
+                                                                        const std::string& what) {
   auto& impl = ContextAccess::impl(context);
   STEPWISE_CHECK(tensor.device() == impl.device, std::invalid_argument,
                  "all_reduce_sum_start: ", what, " is on ", tensor.device(), ", the ",
                  context.backend_name(), " backend works on ", impl.device);
-  auto pending = std::make_unique<PendingAllReduce::Impl>();
+  auto pending = std::make_unique<PendingCollective::Impl>();
   pending->tensors = {tensor};
-  pending->what = what;
+  pending->what = "all-reduce of " + what;
   pending->timeout = context.timeout();
   try {
     c10d::AllreduceOptions options;
@@ -212,36 +212,42 @@ std::unique_ptr<detail::PendingAllReduce> detail::all_reduce_sum_start(Context& 
   } catch (const std::exception& e) {
     ContextAccess::fail(context, "all-reduce of " + what, e);
   }
-  return std::make_unique<PendingAllReduce>(std::move(pending));
+  return std::make_unique<PendingCollective>(std::move(pending));
 }
 
-void detail::wait(Context& context, PendingAllReduce& pending) {
+void detail::wait(Context& context, PendingCollective& pending) {
   auto& p = ContextAccess::impl(pending);
   if (p.waited) return;
   p.waited = true;
   try {
     p.work->wait(context.timeout());
   } catch (const std::exception& e) {
-    ContextAccess::fail(context, "all-reduce of " + p.what, e);
+    ContextAccess::fail(context, p.what, e);
   }
 }
 
-void detail::reduce_sum(Context& context, torch::Tensor& tensor, int64_t root,
-                        const std::string& what) {
+std::unique_ptr<detail::PendingCollective> detail::reduce_sum_start(Context& context,
+                                                                    torch::Tensor& tensor,
+                                                                    int64_t root,
+                                                                    const std::string& what) {
   auto& impl = ContextAccess::impl(context);
-  STEPWISE_CHECK(tensor.device() == impl.device, std::invalid_argument, "reduce_sum: ", what,
+  STEPWISE_CHECK(tensor.device() == impl.device, std::invalid_argument, "reduce_sum_start: ", what,
                  " is on ", tensor.device(), ", the ", context.backend_name(), " backend works on ",
                  impl.device);
-  std::vector<torch::Tensor> tensors{tensor};
+  auto pending = std::make_unique<PendingCollective::Impl>();
+  pending->tensors = {tensor};
+  pending->what = "reduce of " + what;
+  pending->timeout = context.timeout();
   try {
     c10d::ReduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
     options.rootRank = root;
     options.timeout = context.timeout();
-    impl.group->reduce(tensors, options)->wait(context.timeout());
+    pending->work = impl.group->reduce(pending->tensors, options);
   } catch (const std::exception& e) {
-    ContextAccess::fail(context, "reduce of " + what, e);
+    ContextAccess::fail(context, pending->what, e);
   }
+  return std::make_unique<PendingCollective>(std::move(pending));
 }
 
 void Context::broadcast(torch::Tensor& tensor, int64_t root, const std::string& what) {

@@ -123,7 +123,8 @@ Engine::State::State(std::shared_ptr<torch::nn::Module> model, Config config,
   // ZeRO stage 2: the gradients, too, are summed into their owners, every micro-step.
   if (zero_->sharded() && config_.zero.stage() == 2) {
     reducer_ = std::make_unique<detail::ShardedGradients>(
-        distributed::default_context(), zero_->owners(), config_.reducer.bucket_size());
+        distributed::default_context(), zero_->owners(), config_.reducer.bucket_size(),
+        config_.reducer.overlap_comm());
   }
   optimizer_ = choose_optimizer(config_, std::move(client_optimizer), *precision_);
   precision_->attach(*optimizer_);

@@ -28,7 +28,7 @@ struct BucketedReducer::Bucket {
   torch::Tensor wire;          // what c10d sums: `buffer`, or a float copy (bf16 on Gloo)
   std::vector<size_t> params;  // indices into params_
   size_t ready = 0;            // gradients in, during an armed backward
-  std::unique_ptr<detail::PendingAllReduce> pending;  // the all-reduce in flight
+  std::unique_ptr<detail::PendingCollective> pending;  // the all-reduce in flight
 };
 
 namespace {

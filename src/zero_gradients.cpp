@@ -6,11 +6,16 @@
 #include "collectives.h"
 #include "ready_hooks.h"
 
+#include <algorithm>
+
 namespace stepwise::detail {
 
 ShardedGradients::ShardedGradients(std::shared_ptr<distributed::Context> context,
-                                   std::vector<int64_t> owners, int64_t bucket_size)
-    : context_(std::move(context)), owners_(std::move(owners)), bucket_size_(bucket_size) {
+                                   std::vector<int64_t> owners, int64_t bucket_size, bool overlap)
+    : context_(std::move(context)),
+      owners_(std::move(owners)),
+      bucket_size_(bucket_size),
+      overlap_(overlap) {
   TORCH_INTERNAL_ASSERT(context_ && bucket_size_ > 0, "ShardedGradients: no context or bucket");
 }
 
@@ -21,6 +26,7 @@ void ShardedGradients::attach(std::vector<torch::Tensor>& params) {
                         " parameters for ", owners_.size(), " owners");
   params_ = params;
   sums_.assign(params_.size(), torch::Tensor());
+  fresh_.assign(params_.size(), true);
   taken_.assign(params_.size(), false);
   bucket_of_.assign(params_.size(), 0);
   // NOTE: [stage 2 gradients] layout: backward's order, a new bucket at each change of
@@ -51,8 +57,41 @@ void ShardedGradients::before_backward(bool /*last_of_window*/) {
   taken_.assign(params_.size(), false);
   for (auto& b : buckets_) {
     b.ready = 0;
-    b.buffer = torch::Tensor();
+    release(b);
   }
+}
+
+// The buffers go round: one per bucket being filled or reduced, each as large as the largest
+// bucket of its dtype, so training allocates none after its first micro-step.
+void ShardedGradients::acquire(Bucket& b) {
+  const auto& first = params_[b.params.front()];
+  // bf16 on the CPU: as fp32, rounded once, into the owner's sum.
+  const auto options = first.options().dtype(distributed::detail::wire_dtype(first));
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if (it->scalar_type() == options.dtype().toScalarType() && it->device() == first.device() &&
+        it->numel() >= b.numel) {
+      b.storage = std::move(*it);
+      spare_.erase(it);
+      b.buffer = b.storage.narrow(0, 0, b.numel);
+      b.buffer.zero_();
+      return;
+    }
+  }
+  int64_t largest = 0;
+  for (const auto& other : buckets_) {
+    const auto& p = params_[other.params.front()];
+    if (p.scalar_type() == first.scalar_type() && p.device() == first.device()) {
+      largest = std::max(largest, other.numel);
+    }
+  }
+  b.storage = torch::zeros({largest}, options);
+  b.buffer = b.storage.narrow(0, 0, b.numel);
+}
+
+void ShardedGradients::release(Bucket& b) {
+  if (b.storage.defined()) spare_.push_back(std::move(b.storage));
+  b.storage = torch::Tensor();
+  b.buffer = torch::Tensor();
 }
 
 void ShardedGradients::gradient_ready(size_t index) {
@@ -64,12 +103,7 @@ void ShardedGradients::gradient_ready(size_t index) {
 void ShardedGradients::take(size_t index) {
   torch::NoGradGuard no_grad;
   auto& b = buckets_[bucket_of_[index]];
-  if (!b.buffer.defined()) {
-    const auto& first = params_[b.params.front()];
-    // bf16 on the CPU: as fp32, rounded once, into the owner's sum.
-    b.buffer =
-        torch::zeros({b.numel}, first.options().dtype(distributed::detail::wire_dtype(first)));
-  }
+  if (!b.buffer.defined()) acquire(b);
   torch::Tensor& grad = params_[index].mutable_grad();
   if (grad.defined()) {
     size_t slot = 0;
@@ -83,30 +117,44 @@ void ShardedGradients::take(size_t index) {
 
 void ShardedGradients::reduce_ready() {
   while (next_ < buckets_.size() && buckets_[next_].ready == buckets_[next_].params.size()) {
-    reduce(buckets_[next_]);
+    start(next_);
     next_ += 1;
   }
 }
 
-void ShardedGradients::reduce(Bucket& b) {
-  torch::NoGradGuard no_grad;
-  const auto start = std::chrono::steady_clock::now();
-  distributed::detail::reduce_sum(*context_, b.buffer, b.owner, "ZeRO stage 2's gradients");
-  time_ += std::chrono::steady_clock::now() - start;
+void ShardedGradients::start(size_t index) {
+  auto& b = buckets_[index];
+  b.pending = distributed::detail::reduce_sum_start(*context_, b.buffer, b.owner,
+                                                    "ZeRO stage 2's gradients");
   calls_ += 1;
+  in_flight_.push_back(index);
+  if (!overlap_ || in_flight_.size() > kInFlight) finish_oldest();
+}
+
+void ShardedGradients::finish_oldest() {
+  torch::NoGradGuard no_grad;
+  auto& b = buckets_[in_flight_.front()];
+  in_flight_.pop_front();
+  const auto start = std::chrono::steady_clock::now();
+  distributed::detail::wait(*context_, *b.pending);
+  time_ += std::chrono::steady_clock::now() - start;
+  b.pending.reset();
   if (b.owner == context_->rank()) {
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
       const size_t k = b.params[slot];
       const auto& p = params_[k];
       auto sum = b.buffer.narrow(0, b.offsets[slot], p.numel()).view(p.sizes());
-      if (sums_[k].defined()) {
-        sums_[k].add_(sum);
-      } else {
+      if (!sums_[k].defined()) {
         sums_[k] = sum.to(p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+      } else if (fresh_[k]) {
+        sums_[k].copy_(sum);  // the first micro-step of a window, into last window's memory
+      } else {
+        sums_[k].add_(sum);
       }
+      fresh_[k] = false;
     }
   }
-  b.buffer = torch::Tensor();
+  release(b);
 }
 
 void ShardedGradients::after_backward() {
@@ -116,6 +164,7 @@ void ShardedGradients::after_backward() {
     if (!taken_[k]) take(k);
   }
   reduce_ready();
+  while (!in_flight_.empty()) finish_oldest();
   TORCH_INTERNAL_ASSERT(next_ == buckets_.size(), "ShardedGradients: a bucket left unreduced");
   armed_ = false;
 }
@@ -123,7 +172,16 @@ void ShardedGradients::after_backward() {
 void ShardedGradients::finalize() {
   for (size_t k = 0; k < params_.size(); ++k) {
     if (owners_[k] != context_->rank()) continue;
-    params_[k].mutable_grad() = sums_[k].defined() ? sums_[k] : torch::zeros_like(params_[k]);
+    params_[k].mutable_grad() =
+        sums_[k].defined() && !fresh_[k] ? sums_[k] : torch::zeros_like(params_[k]);
+  }
+}
+
+void ShardedGradients::show_grads() {
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (owners_[k] == context_->rank() && sums_[k].defined() && !fresh_[k]) {
+      params_[k].mutable_grad() = sums_[k];
+    }
   }
 }
 
@@ -134,7 +192,14 @@ double ShardedGradients::mean_factor() const {
 void ShardedGradients::restore_grads() {
   for (size_t k = 0; k < params_.size(); ++k) {
     torch::Tensor& grad = params_[k].mutable_grad();
-    sums_[k] = owners_[k] == context_->rank() && grad.defined() ? grad.detach() : torch::Tensor();
+    if (owners_[k] != context_->rank()) {
+      sums_[k] = torch::Tensor();
+    } else if (grad.defined()) {
+      sums_[k] = grad.detach();
+      fresh_[k] = false;
+    } else {
+      fresh_[k] = true;  // none: the next window starts from nothing, in the same memory
+    }
     grad = torch::Tensor();
   }
 }

@@ -34,7 +34,8 @@ struct ReducerOptions {
   TORCH_ARG(int64_t, bucket_size) = 500000000;
   /// When W > 1, start each bucket's all-reduce during the backward() that ends the
   /// window, as soon as the bucket is full (DeepSpeed's overlap_comm); false: all at
-  /// step() (NOTE: [bucket views]).
+  /// step() (NOTE: [bucket views]). At ZeRO stage 2: each bucket's reduce runs while
+  /// backward goes on; false: backward waits for it.
   TORCH_ARG(bool, overlap_comm) = true;
   /// DeepSpeed's prescale_gradients: when W > 1, divide the gradients by W before the
   /// all-reduce instead of after it (the same mean, rounded on the way in).

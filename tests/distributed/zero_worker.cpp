@@ -30,7 +30,8 @@ int extra_failures = 0;  // found inside train()
 struct Case {
   std::string precision = "fp32";  // fp32, bf16, fp16
   int64_t gas = 1;
-  std::string variant = "plain";  // plain, flush, manual, tokens, client, groups, fused
+  // plain, flush, manual, tokens, client, groups, fused, sync (overlap_comm false)
+  std::string variant = "plain";
 };
 
 std::string describe(const Case& c) {
@@ -64,6 +65,7 @@ nlohmann::json config_of(const Case& c, int64_t stage) {
       {"zero_optimization", {{"stage", stage}, {"allgather_bucket_size", 100}}},
       {"scheduler",
        {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 3}, {"warmup_max_lr", 0.01}}}}}};
+  if (c.variant == "sync") j["zero_optimization"]["overlap_comm"] = false;
   if (c.variant != "client" && c.variant != "groups") {
     j["optimizer"] = {
         {"type", "AdamW"},
@@ -413,7 +415,7 @@ int run_zero_matrix(int64_t rank, int64_t world) {
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
     for (int64_t gas : {1, 2, 4}) cases.push_back({precision, gas, "plain"});
   }
-  for (const char* variant : {"flush", "manual", "tokens", "client", "groups", "fused"}) {
+  for (const char* variant : {"flush", "manual", "tokens", "client", "groups", "fused", "sync"}) {
     cases.push_back({"fp32", 2, variant});
   }
   cases.push_back({"bf16", 2, "client"});

@@ -4,11 +4,16 @@
 // resident memory that training adds to the model's, and the time per optimizer step (GAS
 // micro-steps). fp32 AdamW or bf16. Every stage uses the same reduce bucket, one layer.
 //
-//   zero_bench [--params-millions N] [--steps N] [--gas N] [--bf16]
+//   zero_bench [--params-millions N] [--steps N] [--gas N] [--bf16] [--no-overlap]
+//
+// --no-overlap sets overlap_comm false (every stage; it changes stages 0 and 1 at the
+// window's last backward, stage 2 at every one). Each stage runs twice: once for the times,
+// once for the peak memory (see rank_main).
 #include <stepwise/stepwise.h>
 
 #include <nlohmann/json.hpp>
 
+#include <malloc.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -49,22 +54,29 @@ int64_t bytes_of(const std::vector<torch::Tensor>& tensors) {
 }
 
 // One rank: builds the model, trains `steps` optimizer steps, prints one line of results.
-int rank_main(int64_t stage, int64_t width, int64_t layers, int64_t steps, int64_t gas, bool bf16) {
+int rank_main(int64_t stage, int64_t width, int64_t layers, int64_t steps, int64_t gas, bool bf16,
+              bool overlap, bool memory_pass) {
   torch::set_num_threads(1);
+  // The memory pass: blocks of 1 MiB and more come from mmap and go back to the system
+  // when freed (glibc otherwise raises this threshold as blocks are freed and serves them
+  // from a heap that only grows), so the peak measures the tensors alive at once, at every
+  // stage alike. Its page faults slow every step, so the times come from a pass without.
+  if (memory_pass) mallopt(M_MMAP_THRESHOLD, 1 << 20);
   stepwise::distributed::init();
   torch::manual_seed(0);
   torch::nn::Sequential model;
   for (int64_t l = 0; l < layers; ++l) model->push_back(torch::nn::Linear(width, width));
   const double model_rss = rss_mib("VmRSS:");
   auto engine = stepwise::initialize(
-      model.ptr(), stepwise::Config::from_json(
-                       {{"train_micro_batch_size_per_gpu", 4},
-                        {"gradient_accumulation_steps", gas},
-                        {"steps_per_print", 1000000},
-                        {"stepwise", {{"reduce_bucket_size", width * width + width}}},
-                        {"bf16", {{"enabled", bf16}}},
-                        {"zero_optimization", {{"stage", stage}}},
-                        {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-5}}}}}}));
+      model.ptr(),
+      stepwise::Config::from_json(
+          {{"train_micro_batch_size_per_gpu", 4},
+           {"gradient_accumulation_steps", gas},
+           {"steps_per_print", 1000000},
+           {"stepwise", {{"reduce_bucket_size", width * width + width}, {"overlap_comm", overlap}}},
+           {"bf16", {{"enabled", bf16}}},
+           {"zero_optimization", {{"stage", stage}}},
+           {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-5}}}}}}));
   const auto dtype = bf16 ? torch::kBFloat16 : torch::kFloat;
   auto x = torch::randn({4, width}).to(dtype);
   double ms = 0;
@@ -148,7 +160,7 @@ std::vector<RankResult> run_stage(const char* self, int64_t stage,
 
 int main(int argc, char** argv) {
   int64_t millions = 50, steps = 3, gas = 2, stage = -1;
-  bool bf16 = false;
+  bool bf16 = false, overlap = true, memory_pass = false;
   std::vector<std::string> pass;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -163,29 +175,41 @@ int main(int argc, char** argv) {
     } else if (a == "--gas" && i + 1 < argc) {
       gas = std::stoll(argv[++i]);
       pass.insert(pass.end(), {a, argv[i]});
+    } else if (a == "--memory-pass") {  // internal: a rank of the memory pass
+      memory_pass = true;
+    } else if (a == "--no-overlap") {
+      overlap = false;
+      pass.push_back(a);
     } else if (a == "--bf16") {
       bf16 = true;
       pass.push_back(a);
     } else {
-      std::cerr << "usage: zero_bench [--params-millions N] [--steps N] [--gas N] [--bf16]\n";
+      std::cerr << "usage: zero_bench [--params-millions N] [--steps N] [--gas N] [--bf16] "
+                   "[--no-overlap]\n";
       return 2;
     }
   }
   const int64_t width = 2048;
   const int64_t per_layer = width * width + width;
   const int64_t layers = std::max<int64_t>(1, (millions * 1000000 + per_layer / 2) / per_layer);
-  if (stage >= 0) return rank_main(stage, width, layers, steps, gas, bf16);
+  if (stage >= 0) return rank_main(stage, width, layers, steps, gas, bf16, overlap, memory_pass);
 
   const double params = static_cast<double>(layers * (width * width + width));
   std::cout << "ZeRO at W = 2, " << (bf16 ? "bf16" : "fp32") << " AdamW, " << layers << " Linear("
             << width << ", " << width << ") = " << std::fixed << std::setprecision(1)
-            << params / 1e6 << "M parameters, GAS " << gas << ", " << steps
-            << " steps (after one warm-up)\n";
+            << params / 1e6 << "M parameters, GAS " << gas << ", overlap_comm "
+            << (overlap ? "true" : "false") << ", " << steps << " steps (after one warm-up)\n";
   // The ZeRO paper's bytes per parameter: weights, gradients, masters + AdamW state.
   const double wb = bf16 ? 2 : 4, state_b = bf16 ? 12 : 8;
   std::vector<std::vector<RankResult>> results;
   std::cout.flush();  // before the forks, or each child prints it again
-  for (int64_t s : {0, 1, 2}) results.push_back(run_stage(argv[0], s, pass));
+  auto memory_args = pass;
+  memory_args.push_back("--memory-pass");
+  for (int64_t s : {0, 1, 2}) {
+    results.push_back(run_stage(argv[0], s, pass));
+    const auto memory = run_stage(argv[0], s, memory_args);
+    for (int r = 0; r < 2; ++r) results.back()[r].added_mib = memory[r].added_mib;
+  }
   const double mib = 1024.0 * 1024.0;
   std::cout << "stage rank  weights MiB  grads MiB  masters+state MiB (formula)  "
                "peak RSS added MiB  ms/step\n";
