@@ -45,7 +45,7 @@ class ShardedGradients : public distributed::GradientReducer {
                    int64_t bucket_size, bool overlap);
   /// With overlap: the buckets whose reduces may be in flight at once (the memory that
   /// overlap costs: that many buckets).
-  static constexpr size_t kInFlight = 2;
+  static constexpr size_t kInFlight = 1;
   ~ShardedGradients() override;
   void add(torch::Tensor& param) override { (void)param; }
   /// The owned sums become the owned parameters' `.grad`.

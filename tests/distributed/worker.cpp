@@ -2,7 +2,8 @@
 // starts W of these with torchrun's variables). Exit 0 when every check of the
 // mode passed; failures are printed, one per line.
 //
-//   worker trace FILE [cuda]             the DeepSpeed trace, per micro-step, this rank
+//   worker trace FILE [cpu|cuda [STAGE]] the DeepSpeed trace, per micro-step, this rank (at
+//                                        ZeRO STAGE, 0 by default)
 //                                        (cuda: the model on cuda:LOCAL_RANK, over NCCL)
 //   worker train MBS GAS STEPS BUCKET OUT [cuda]  trains; checks all-reduce counts and the
 //                                        backend; writes weights
@@ -95,7 +96,7 @@ void check_backend(const torch::Device& device) {
             " for parameters on " + device.str() + ", expected " + expected);
 }
 
-int run_trace(const std::string& file, const torch::Device& device) {
+int run_trace(const std::string& file, const torch::Device& device, int64_t zero_stage) {
   auto model = reference_linear();
   model->to(device);
   const int64_t world = stepwise::distributed::world_size_for_engine(device);
@@ -108,7 +109,11 @@ int run_trace(const std::string& file, const torch::Device& device) {
     torch::NoGradGuard no_grad;
     model->weight.fill_(7.0);
   }
-  auto engine = stepwise::initialize(model, stepwise::Config::from_json(trace.setup["config"]));
+  // The trace's config, at ZeRO `zero_stage`: sharding must change none of its numbers
+  // beyond the trace's tolerances (docs/zero.md).
+  auto config = trace.setup["config"];
+  if (zero_stage > 0) config["zero_optimization"] = {{"stage", zero_stage}};
+  auto engine = stepwise::initialize(model, stepwise::Config::from_json(config));
   const int64_t gas = engine.gradient_accumulation_steps();
   const int64_t mbs = engine.train_micro_batch_size_per_gpu();
   check(engine.train_batch_size() == trace.setup["train_batch_size"], "train_batch_size");
@@ -505,8 +510,9 @@ int run_kill_save(const std::string& dir) {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    if ((args.size() == 2 || args.size() == 3) && args[0] == "trace") {
-      return run_trace(args[1], device_of(args.size() == 3 ? args[2] : "cpu"));
+    if (args.size() >= 2 && args.size() <= 4 && args[0] == "trace") {
+      return run_trace(args[1], device_of(args.size() >= 3 ? args[2] : "cpu"),
+                       args.size() == 4 ? std::stoll(args[3]) : 0);
     }
     if ((args.size() == 6 || args.size() == 7) && args[0] == "train") {
       return run_train(std::stoll(args[1]), std::stoll(args[2]), std::stoll(args[3]),
