@@ -124,7 +124,9 @@ Engine::State::State(std::shared_ptr<torch::nn::Module> model, Config config,
   if (zero_->sharded() && config_.zero.stage() == 2) {
     reducer_ = std::make_unique<detail::ShardedGradients>(
         distributed::default_context(), zero_->owners(), config_.reducer.bucket_size(),
-        config_.reducer.overlap_comm());
+        config_.reducer.overlap_comm(),
+        config_.reducer.prescale_gradients() ? static_cast<double>(accumulator_.sizes().world_size)
+                                             : config_.reducer.gradient_predivide_factor());
   }
   optimizer_ = choose_optimizer(config_, std::move(client_optimizer), *precision_);
   precision_->attach(*optimizer_);
@@ -257,7 +259,12 @@ torch::Tensor Engine::State::backward(const torch::Tensor& loss, const BackwardO
   // come before the step) starts each bucket's all-reduce once the bucket is full.
   reducer_->before_backward(config_.reducer.overlap_comm() && !accumulator_.manual_boundary() &&
                             accumulator_.is_boundary());
-  precision_->scale_loss(scaled).backward();  // * S inside for fp16; never in the return
+  try {
+    precision_->scale_loss(scaled).backward();  // * S inside for fp16; never in the return
+  } catch (...) {
+    reducer_->abort_backward();
+    throw;
+  }
   reducer_->after_backward();
   leftover_checks_->after_backward(accumulator_.is_boundary());
   backward_time_ += Clock::now() - start;

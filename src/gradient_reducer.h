@@ -49,6 +49,8 @@ class GradientReducer {
   virtual void before_backward(bool last_of_window) { (void)last_of_window; }
   /// After each backward(): what started during it has finished.
   virtual void after_backward() {}
+  /// Instead of after_backward(), when the backward() threw.
+  virtual void abort_backward() {}
   /// What the engine multiplies the reduced gradients by for their mean: 1 when
   /// finalize() averaged, 1/W when it summed (the engine folds it into the unscale).
   virtual double mean_factor() const { return 1.0; }

@@ -11,11 +11,13 @@
 namespace stepwise::detail {
 
 ShardedGradients::ShardedGradients(std::shared_ptr<distributed::Context> context,
-                                   std::vector<int64_t> owners, int64_t bucket_size, bool overlap)
+                                   std::vector<int64_t> owners, int64_t bucket_size, bool overlap,
+                                   double predivide)
     : context_(std::move(context)),
       owners_(std::move(owners)),
       bucket_size_(bucket_size),
-      overlap_(overlap) {
+      overlap_(overlap),
+      predivide_(predivide) {
   TORCH_INTERNAL_ASSERT(context_ && bucket_size_ > 0, "ShardedGradients: no context or bucket");
 }
 
@@ -52,6 +54,7 @@ void ShardedGradients::attach(std::vector<torch::Tensor>& params) {
 }
 
 void ShardedGradients::before_backward(bool /*last_of_window*/) {
+  TORCH_INTERNAL_ASSERT(in_flight_.empty(), "ShardedGradients: a reduce left in flight");
   armed_ = true;
   next_ = 0;
   taken_.assign(params_.size(), false);
@@ -61,8 +64,8 @@ void ShardedGradients::before_backward(bool /*last_of_window*/) {
   }
 }
 
-// The buffers go round: one per bucket being filled or reduced, each as large as the largest
-// bucket of its dtype, so training allocates none after its first micro-step.
+// The buffers go round: a bucket takes a spare one that is large enough, or a new one of its
+// own size, so training allocates none after its first micro-step.
 void ShardedGradients::acquire(Bucket& b) {
   const auto& first = params_[b.params.front()];
   // bf16 on the CPU: as fp32, rounded once, into the owner's sum.
@@ -77,14 +80,7 @@ void ShardedGradients::acquire(Bucket& b) {
       return;
     }
   }
-  int64_t largest = 0;
-  for (const auto& other : buckets_) {
-    const auto& p = params_[other.params.front()];
-    if (p.scalar_type() == first.scalar_type() && p.device() == first.device()) {
-      largest = std::max(largest, other.numel);
-    }
-  }
-  b.storage = torch::zeros({largest}, options);
+  b.storage = torch::zeros({b.numel}, options);
   b.buffer = b.storage.narrow(0, 0, b.numel);
 }
 
@@ -124,6 +120,7 @@ void ShardedGradients::reduce_ready() {
 
 void ShardedGradients::start(size_t index) {
   auto& b = buckets_[index];
+  if (predivide_ != 1.0) b.buffer.mul_(1.0 / predivide_);  // see NOTE: [predivide]
   b.pending = distributed::detail::reduce_sum_start(*context_, b.buffer, b.owner,
                                                     "ZeRO stage 2's gradients");
   calls_ += 1;
@@ -186,7 +183,24 @@ void ShardedGradients::show_grads() {
 }
 
 double ShardedGradients::mean_factor() const {
-  return 1.0 / static_cast<double>(context_->world_size());
+  return predivide_ / static_cast<double>(context_->world_size());
+}
+
+void ShardedGradients::abort_backward() {
+  while (!in_flight_.empty()) {
+    auto& b = buckets_[in_flight_.front()];
+    in_flight_.pop_front();
+    try {
+      distributed::detail::wait(*context_, *b.pending);
+    } catch (...) {  // the backward's own error is the one to report
+    }
+    b.pending.reset();
+  }
+  for (auto& b : buckets_) release(b);
+  for (auto& p : params_) {
+    if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
+  }
+  armed_ = false;
 }
 
 void ShardedGradients::restore_grads() {

@@ -31,18 +31,23 @@ class ReadyHooks;
 /// backward. With overlap_comm the reduce runs on the backend's threads while backward goes
 /// on, kInFlight buckets at most; without, backward waits for it. So between micro-steps a
 /// rank holds the sums of its own parameters only (in the same memory window after
-/// window), and one buffer of the largest bucket's size (kInFlight + 1 with overlap),
-/// reused at every micro-step. At the boundary finalize() makes
-/// the sums the owned parameters' `.grad` (the others have none) and the engine divides by W in the
-/// unscale (mean_factor()), as at stage 0. The sums differ from stage 0's by rounding at
-/// GAS > 1: stage 0 adds a rank's micro-steps, then the ranks; stage 2 the other way round.
+/// window), and the buffers of the buckets being filled or reduced (one, kInFlight + 1 with
+/// overlap, when backward produces the gradients in bucket order; more while an earlier
+/// bucket waits for a parameter the loss reaches late), reused at every micro-step. The
+/// predivide of NOTE: [predivide] applies to each micro-step's reduce. At the boundary finalize()
+/// makes the sums the owned parameters' `.grad` (the others have none) and the engine divides by W
+/// in the unscale (mean_factor()), as at stage 0. The sums differ from stage 0's by rounding at GAS
+/// > 1: stage 0 adds a rank's micro-steps, then the ranks; stage 2 the other way round.
 class ShardedGradients : public distributed::GradientReducer {
  public:
   /// `owners`: each trainable parameter's rank; `bucket_size` in elements (> 0);
   /// `overlap`: a bucket's reduce runs while backward goes on (at most kInFlight at once)
   /// instead of before it does.
+  /// `predivide`: each bucket is multiplied by 1 / predivide before its reduce and the
+  /// engine by predivide / W after (DeepSpeed's prescale_gradients: W; its
+  /// gradient_predivide_factor: f; NOTE: [predivide]).
   ShardedGradients(std::shared_ptr<distributed::Context> context, std::vector<int64_t> owners,
-                   int64_t bucket_size, bool overlap);
+                   int64_t bucket_size, bool overlap, double predivide);
   /// With overlap: the buckets whose reduces may be in flight at once (the memory that
   /// overlap costs: that many buckets).
   static constexpr size_t kInFlight = 1;
@@ -62,6 +67,9 @@ class ShardedGradients : public distributed::GradientReducer {
   /// memory for the next window; every `.grad` is none.
   void restore_grads() override;
   void show_grads() override;
+  /// A backward() that threw: waits for the reduces in flight and drops this micro-step's
+  /// buckets (the sums keep the micro-steps before it), so the next backward() starts clean.
+  void abort_backward() override;
   /// Called by the hook of parameter `index` once autograd has produced its gradient.
   void gradient_ready(size_t index);
 
@@ -87,6 +95,7 @@ class ShardedGradients : public distributed::GradientReducer {
   std::vector<int64_t> owners_;
   int64_t bucket_size_;
   bool overlap_;
+  double predivide_;
   std::deque<size_t> in_flight_;      // buckets whose reduce started, oldest first
   std::vector<torch::Tensor> spare_;  // buffers no bucket holds now
   std::vector<torch::Tensor> params_;

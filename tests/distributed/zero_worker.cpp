@@ -30,7 +30,8 @@ int extra_failures = 0;  // found inside train()
 struct Case {
   std::string precision = "fp32";  // fp32, bf16, fp16
   int64_t gas = 1;
-  // plain, flush, manual, tokens, client, groups, fused, sync (overlap_comm false)
+  // plain, flush, manual, tokens, client, groups, fused, sync (overlap_comm false),
+  // predivide (gradient_predivide_factor 3: not a power of 2, so it shows in the bits)
   std::string variant = "plain";
 };
 
@@ -66,6 +67,7 @@ nlohmann::json config_of(const Case& c, int64_t stage) {
       {"scheduler",
        {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 3}, {"warmup_max_lr", 0.01}}}}}};
   if (c.variant == "sync") j["zero_optimization"]["overlap_comm"] = false;
+  if (c.variant == "predivide") j["gradient_predivide_factor"] = 3.0;
   if (c.variant != "client" && c.variant != "groups") {
     j["optimizer"] = {
         {"type", "AdamW"},
@@ -420,6 +422,7 @@ int run_zero_matrix(int64_t rank, int64_t world) {
   }
   cases.push_back({"bf16", 2, "client"});
   cases.push_back({"fp16", 2, "fused"});
+  cases.push_back({"fp32", 1, "predivide"});
   int failures = 0, one_failures = 0;
   int64_t boundaries = 0, skipped = 0, fp16_applied = 0;
   int exact_two = 0, close_two = 0;
