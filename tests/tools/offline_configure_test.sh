@@ -31,7 +31,7 @@ grep -q "_stepwise_nlohmann_staged \"$work/third_party/include\"" "$work/build/s
   echo "stepwiseConfig.cmake does not record the staged nlohmann-json headers"
   exit 1
 }
-cmake --build "$work/build" --target gtest gtest_main >"$work/build.log" 2>&1 || {
+cmake --build "$work/build" -j 1 --target gtest gtest_main >"$work/build.log" 2>&1 || {
   tail -n 30 "$work/build.log"
   exit 1
 }
