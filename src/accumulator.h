@@ -28,7 +28,7 @@ namespace stepwise {
 
 /// The docs page the guard-rail messages point at.
 inline constexpr const char* kCadenceDocs =
-    "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation guide)";
+    "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation)";
 
 /// Everything an Accumulator counts (what a checkpoint saves of it).
 struct AccumulatorState {

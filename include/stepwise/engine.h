@@ -1,4 +1,4 @@
-// stepwise: the training engine. Four facts decide whether a loop is correct.
+// stepwise: the training engine. Four pitfalls decide whether a loop is correct.
 //
 // Usage {.cpp .fragment context="loader"}:
 //

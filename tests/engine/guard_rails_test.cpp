@@ -43,7 +43,7 @@ TEST(GuardRails, BackwardTwiceWithoutStep) {
       "engine.backward() was called twice without engine.step() in between (at "
       "micro_steps 0): call engine.step() after every engine.backward(), also between "
       "accumulation boundaries. The engine counts micro-batches in step(); see "
-      "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation guide), pitfall 4. "
+      "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation), pitfall 4. "
       "To allow this anyway set \"stepwise\": {\"strict_cadence\": false}.");
 }
 
@@ -52,7 +52,7 @@ TEST(GuardRails, StepWithoutBackward) {
   EXPECT_EQ(usage_error([&] { f.engine.step(); }),
             "engine.step() was called without a preceding engine.backward() (at micro_steps "
             "0): call engine.backward(loss) once per micro-batch, then engine.step(). See "
-            "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation guide). To allow "
+            "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation). To allow "
             "this anyway set \"stepwise\": {\"strict_cadence\": false}.");
 }
 
@@ -62,7 +62,7 @@ TEST(GuardRails, FlushRightAfterBackward) {
   EXPECT_EQ(usage_error([&] { f.engine.flush(); }),
             "engine.flush() was called right after engine.backward(): call engine.step() "
             "first (after every backward()), then flush() at the end of the epoch. See "
-            "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation guide).");
+            "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation).");
 }
 
 TEST(GuardRails, UserSteppingTheEnginesScheduler) {
@@ -78,7 +78,7 @@ TEST(GuardRails, UserSteppingTheEnginesScheduler) {
       "the LR scheduler owned by the engine was stepped outside it: it has taken 2 steps, "
       "the engine stepped it 1 time. Remove your scheduler.step() call: engine.step() "
       "steps the scheduler at each accumulation boundary (not on skipped steps). See "
-      "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation guide), pitfall 3.");
+      "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation), pitfall 3.");
 }
 
 TEST(GuardRails, UserSteppingAClientScheduler) {

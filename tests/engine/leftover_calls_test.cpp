@@ -42,7 +42,7 @@ const char* kZeroGrad =
     "call (model->zero_grad() or optimizer.zero_grad()) from your loop. engine.step() sets the "
     "gradients to none after each optimizer step; clearing them inside a window throws away "
     "the micro-batches accumulated so far. See docs/gradient-accumulation.md (stepwise docs: "
-    "Gradient accumulation guide), pitfall 5. To do this on purpose set \"stepwise\": "
+    "The pitfalls of gradient accumulation), pitfall 5. To do this on purpose set \"stepwise\": "
     "{\"check_grads_cleared\": false}.";
 
 TEST(LeftoverCalls, ZeroGradInsideAWindow) {
@@ -91,7 +91,7 @@ TEST(LeftoverCalls, ClipGradNormBeforeTheBoundaryStep) {
             "1): remove the call that changes .grad there (clip_grad_norm_, zero_grad() or your "
             "own scaling) from your loop. At the boundary engine.step() averages over the ranks, "
             "unscales and clips to \"gradient_clipping\" itself, in that order. See "
-            "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation guide), pitfall "
+            "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation), pitfall "
             "5. To do this on purpose set \"stepwise\": {\"check_grads_changed\": false}.");
 }
 
@@ -122,8 +122,8 @@ void leftover_optimizer_step(const std::string& optimizer, int64_t window) {
                      "): remove your optimizer.step() call (or other update of the weights) "
                      "from your loop. engine.step() steps the optimizer at each accumulation "
                      "boundary, so the weights were updated twice. See "
-                     "docs/gradient-accumulation.md (stepwise docs: Gradient accumulation "
-                     "guide), pitfall 5. To do this on purpose set \"stepwise\": "
+                     "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient "
+                     "accumulation), pitfall 5. To do this on purpose set \"stepwise\": "
                      "{\"check_params_changed\": false}."))
       << optimizer << ", window " << window;
 }
