@@ -169,6 +169,16 @@ async function main() {
     await page.screenshot({ path: path.join(artifacts, 'getting-started.png'), fullPage: true });
     pass(`screenshot ${path.join(artifacts, 'getting-started.png')}`);
 
+    // 2b. The home page's loop (the four pitfalls, in its comments) fits a 1,400-pixel-wide
+    // window without scrolling sideways.
+    await page.setViewportSize({ width: 1400, height: 900 });
+    await page.goto(base + 'index.html');
+    const overflow = await page.$eval('#snippet-at-a-glance code', (c) => c.scrollWidth - c.clientWidth)
+      .catch(() => null);
+    if (overflow === null) fail('index: block #at-a-glance not on the page');
+    else if (overflow > 0) fail(`index: block #at-a-glance scrolls sideways by ${overflow} px at 1400 px`);
+    else pass('index: block #at-a-glance fits a 1400-pixel-wide window');
+
     // 3. Search finds "gradient_accumulation_steps" through the search UI.
     await page.goto(base + 'index.html', { waitUntil: 'networkidle' });  // search index loaded
     await page.keyboard.press('/');   // Material's search shortcut, as a reader would

@@ -38,13 +38,13 @@ std::string usage_error(F&& f) {
 TEST(GuardRails, BackwardTwiceWithoutStep) {
   Fixture f;
   f.engine.backward(f.loss());
-  EXPECT_EQ(
-      usage_error([&] { f.engine.backward(f.loss(1)); }),
-      "engine.backward() was called twice without engine.step() in between (at "
-      "micro_steps 0): call engine.step() after every engine.backward(), also between "
-      "accumulation boundaries. The engine counts micro-batches in step(); see "
-      "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation), pitfall 4. "
-      "To allow this anyway set \"stepwise\": {\"strict_cadence\": false}.");
+  EXPECT_EQ(usage_error([&] { f.engine.backward(f.loss(1)); }),
+            "engine.backward() was called twice without engine.step() in between (at "
+            "micro_steps 0): call engine.step() after every engine.backward(), also between "
+            "accumulation boundaries. The engine counts micro-batches in step(); see "
+            "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation), "
+            "pitfall 4. "
+            "To allow this anyway set \"stepwise\": {\"strict_cadence\": false}.");
 }
 
 TEST(GuardRails, StepWithoutBackward) {
@@ -52,17 +52,19 @@ TEST(GuardRails, StepWithoutBackward) {
   EXPECT_EQ(usage_error([&] { f.engine.step(); }),
             "engine.step() was called without a preceding engine.backward() (at micro_steps "
             "0): call engine.backward(loss) once per micro-batch, then engine.step(). See "
-            "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation). To allow "
+            "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation). "
+            "To allow "
             "this anyway set \"stepwise\": {\"strict_cadence\": false}.");
 }
 
 TEST(GuardRails, FlushRightAfterBackward) {
   Fixture f;
   f.engine.backward(f.loss());
-  EXPECT_EQ(usage_error([&] { f.engine.flush(); }),
-            "engine.flush() was called right after engine.backward(): call engine.step() "
-            "first (after every backward()), then flush() at the end of the epoch. See "
-            "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation).");
+  EXPECT_EQ(
+      usage_error([&] { f.engine.flush(); }),
+      "engine.flush() was called right after engine.backward(): call engine.step() "
+      "first (after every backward()), then flush() at the end of the epoch. See "
+      "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation).");
 }
 
 TEST(GuardRails, UserSteppingTheEnginesScheduler) {
@@ -73,12 +75,26 @@ TEST(GuardRails, UserSteppingTheEnginesScheduler) {
   }
   f.engine.lr_scheduler()->step();  // the leftover line of a plain LibTorch loop
   f.engine.backward(f.loss(2));
-  EXPECT_EQ(
-      usage_error([&] { f.engine.step(); }),
-      "the LR scheduler owned by the engine was stepped outside it: it has taken 2 steps, "
-      "the engine stepped it 1 time. Remove your scheduler.step() call: engine.step() "
-      "steps the scheduler at each accumulation boundary (not on skipped steps). See "
-      "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation), pitfall 3.");
+  EXPECT_EQ(usage_error([&] { f.engine.step(); }),
+            "the LR scheduler owned by the engine was stepped outside it: it has taken 2 steps, "
+            "the engine stepped it 1 time. Remove your scheduler.step() call: engine.step() "
+            "steps the scheduler at each accumulation boundary (not on skipped steps). See "
+            "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation), "
+            "pitfall 3.");
+}
+
+TEST(GuardRails, StrictCadenceOffKeepsTheSchedulerCheck) {
+  Fixture f(R"("stepwise": {"strict_cadence": false}, )");
+  for (int64_t t = 0; t < 2; ++t) {
+    f.engine.backward(f.loss(t));
+    f.engine.step();
+  }
+  f.engine.lr_scheduler()->step();
+  f.engine.backward(f.loss(2));
+  EXPECT_NE(usage_error([&] {
+              f.engine.step();
+            }).find("the LR scheduler owned by the engine was stepped outside it"),
+            std::string::npos);
 }
 
 TEST(GuardRails, UserSteppingAClientScheduler) {

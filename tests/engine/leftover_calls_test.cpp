@@ -91,7 +91,8 @@ TEST(LeftoverCalls, ClipGradNormBeforeTheBoundaryStep) {
             "1): remove the call that changes .grad there (clip_grad_norm_, zero_grad() or your "
             "own scaling) from your loop. At the boundary engine.step() averages over the ranks, "
             "unscales and clips to \"gradient_clipping\" itself, in that order. See "
-            "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation), pitfall "
+            "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation), "
+            "pitfall "
             "5. To do this on purpose set \"stepwise\": {\"check_grads_changed\": false}.");
 }
 
