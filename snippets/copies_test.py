@@ -6,8 +6,8 @@ copies.json is what the browser test copied with each C++ block's copy button on
 site (tests/browser/site_test.mjs), with the page's output block and tolerance as the HTML
 has them. The copies become one consumer project, one target each, whose CMakeLists.txt
 has only find_package(stepwise) against the install prefix (`cmake --install`): no include
-path of this repository. Every program and fragment copy must build and, run from the
-repository's root as the in-tree docs tests are, print what the page shows; every
+path of this repository. Every program and fragment copy must build and, run in an
+empty folder, as a reader runs it, print what the page shows; every
 compile-fail copy must fail to compile with its diagnostic.
 
 NOTE: [first-include PCH] A precompiled header is used only for a copy's first include,
@@ -207,9 +207,9 @@ def main():
     # Clang where it is installed (its PCH holds the instantiations: see NOTE: [first-include PCH]).
     ap.add_argument("--cxx", default="clang++" if shutil.which("clang++") else "g++")
     ap.add_argument("--jobs", type=int, default=2)
-    # Where the copies run, as the in-tree docs tests do: the repository's root (one block
-    # reads its own page, docs/config.md).
-    ap.add_argument("--cwd", default=str(pathlib.Path(__file__).resolve().parent.parent))
+    # Where the copies run: by default an empty folder (WORK/run, made afresh), as a reader
+    # runs a copy anywhere, so a copy that needs a file of this repository fails here.
+    ap.add_argument("--cwd", default=None)
     args = ap.parse_args()
     clang = "clang" in pathlib.Path(args.cxx).name
     if args.flags is None:
@@ -217,6 +217,10 @@ def main():
     copies = json.loads(pathlib.Path(args.copies).read_text())
     start, failures, counts, phases = time.time(), [], collections.Counter(), []
     work = pathlib.Path(args.work).resolve()
+    if args.cwd is None:
+        args.cwd = work / "run"
+        shutil.rmtree(args.cwd, ignore_errors=True)
+        args.cwd.mkdir(parents=True)
     src, build, pch_dir = work / "project", work / "project" / "build", work / "pch"
     src.mkdir(parents=True, exist_ok=True)
     pch_dir.mkdir(parents=True, exist_ok=True)
