@@ -116,9 +116,11 @@ const std::vector<DeepSpeedFeature>& deepspeed_features(const std::string& secti
         {"cycle_second_stair_count", "never", WhenOn::kNote,
          "DeepSpeed's OneCycle documents it but never reads it"}}},
       {"fp16",
-       {{"auto_cast", "false", WhenOn::kRefuse,
-         "casting the model's inputs to half is not implemented: cast them in your forward() "
-         "and set it to false"},
+       {// DeepSpeed casts in its engine's forward(), which stepwise does not have.
+        {"auto_cast", "false", WhenOn::kNote,
+         "stepwise does not run your forward(): cast its floating-point inputs to half in "
+         "your loop, as DeepSpeed's forward() does with auto_cast (a half Linear or "
+         "convolution refuses float inputs)"},
         {"fp16_master_weights_and_grads", "false", WhenOn::kRefuse,
          "half master weights are not implemented (stepwise keeps them in fp32); set it to "
          "false"},

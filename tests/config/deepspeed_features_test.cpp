@@ -47,9 +47,12 @@ TEST(DeepSpeedFeatures, WhatOnlyObservesIsAcceptedWithOneNoteEach) {
     "zero_allow_untested_optimizer": true,
     "zero_optimization": {"stage": 0, "reduce_bucket_size": 5e8,
                           "offload_optimizer": {"device": "cpu"}},
-    "fp16": {"fp16_scale_tolerance": 0.25}
+    "fp16": {"fp16_scale_tolerance": 0.25, "auto_cast": true}
   })");
   const std::vector<std::string> expected = {
+      "\"fp16.auto_cast\" has no effect in stepwise: stepwise does not run your forward(): "
+      "cast its floating-point inputs to half in your loop, as DeepSpeed's forward() does "
+      "with auto_cast (a half Linear or convolution refuses float inputs)",
       "\"fp16.fp16_scale_tolerance\" has no effect in stepwise: DeepSpeed does not read it "
       "either (an option of an older loss scaler)",
       "zero_optimization keys with no effect at stage 0 (DeepSpeed reads them only at stages "
@@ -68,10 +71,11 @@ TEST(DeepSpeedFeatures, WhatWouldChangeTheNumbersIsRefusedByName) {
   EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "fp32_allreduce": true})"),
             "\"fp32_allreduce\" (value true) is a DeepSpeed feature stepwise does not support: "
             "all-reducing half or bf16 gradients in fp32 is not implemented; set it to false");
-  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "fp16": {"enabled": true, "auto_cast": true}})"),
-            "\"fp16.auto_cast\" (value true) is a DeepSpeed feature stepwise does not support: "
-            "casting the model's inputs to half is not implemented: cast them in your "
-            "forward() and set it to false");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8,
+                         "fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})"),
+            "\"fp16.fp16_master_weights_and_grads\" (value true) is a DeepSpeed feature "
+            "stepwise does not support: half master weights are not implemented (stepwise "
+            "keeps them in fp32); set it to false");
   EXPECT_EQ(refusal_of(R"({"train_batch_size": 8,
                          "optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}}})"),
             "\"optimizer.params.max_grad_norm\" (value 1.0) is a DeepSpeed feature stepwise "
