@@ -592,6 +592,34 @@ TEST_F(DataParallel, RankZerosWeightsReachEveryRankBeforeTheFp16Cast) {
   for (int r = 0; r < 2; ++r) EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
 }
 
+// docs/accumulation-in-depth.md's recipe for a token-level loss over ranks (the worker's
+// token-recipe): two ranks with 12 and 8 of a window's 20 tokens, in micro-batches of 3, 9
+// and 6, 2, end with the weights of one batch of all 20 tokens on one rank.
+TEST_F(DataParallel, TokenLevelLossOverRanksWithUnequalCountsIsOneBigBatch) {
+  auto ranks = run_ranks(2, {"token-recipe"}, std::chrono::seconds(120));
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
+  torch::manual_seed(0);
+  torch::nn::Linear model(4, 1);
+  auto engine = stepwise::initialize(
+      model,
+      stepwise::Config::from_json({{"train_micro_batch_size_per_gpu", 20},
+                                   {"steps_per_print", 1000000000},
+                                   {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 0.1}}}}}}));
+  torch::manual_seed(1);
+  const auto all = torch::randn({20, 4});
+  engine.backward(model->forward(all).pow(2).mean());
+  engine.step();
+  const auto weights = torch::cat({model->weight.flatten(), model->bias});
+  const auto at = ranks[0].output.find("tokens 20 weights");
+  ASSERT_NE(at, std::string::npos) << ranks[0].output;
+  std::istringstream printed(ranks[0].output.substr(at + 17));
+  for (int64_t i = 0; i < weights.numel(); ++i) {
+    double w = 0;
+    printed >> w;
+    EXPECT_NEAR(w, weights[i].item<double>(), 1e-6) << "weight " << i << "\n" << ranks[0].output;
+  }
+}
+
 struct Launched {
   int exit_code = -1;
   std::string output;

@@ -33,6 +33,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "distributed/zero_worker.h"
 #include "gradient_reducer.h"  // internal: the reducer's counters
@@ -229,6 +230,44 @@ int run_mismatch(bool shapes) {
 // masters from the model once, when it casts it, so rank 0's weights must reach every
 // rank before that. Broadcast after the cast, rank 1's masters (what the optimizer
 // updates) would stay its own weights while its model showed rank 0's.
+// The token-level recipe of docs/accumulation-in-depth.md at W = 2 with unequal counts: one
+// window (GAS 2) of 20 tokens, rank 0's micro-batches holding 3 and 9 of them, rank 1's 6
+// and 2. Each rank all-reduces its count and divides its summed token losses by the global
+// count / W, the GAS division off. Rank 0 prints the weights after the step, for the test to
+// compare with one batch of all 20 tokens at W = 1 (token_recipe_reference()).
+int run_token_recipe() {
+  torch::manual_seed(0);
+  torch::nn::Linear model(4, 1);
+  auto engine = stepwise::initialize(
+      model,
+      stepwise::Config::from_json({{"train_micro_batch_size_per_gpu", 1},
+                                   {"gradient_accumulation_steps", 2},
+                                   {"steps_per_print", 1000000000},
+                                   {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 0.1}}}}}}));
+  const int64_t rank = stepwise::distributed::rank();  // the group is joined by initialize
+  torch::manual_seed(1);
+  const auto all = torch::randn({20, 4});
+  const std::vector<int64_t> sizes =
+      rank == 0 ? std::vector<int64_t>{3, 9} : std::vector<int64_t>{6, 2};
+  int64_t first = rank == 0 ? 0 : 12;
+  auto tokens = torch::full({1}, static_cast<double>(sizes[0] + sizes[1]), torch::kDouble);
+  stepwise::distributed::default_context()->all_reduce_sum(tokens, "the window's tokens");
+  const double divisor = tokens.item<double>() / stepwise::distributed::world_size();
+  for (const int64_t n : sizes) {
+    const auto token_losses = model->forward(all.narrow(0, first, n)).pow(2).squeeze(1);
+    engine.backward(token_losses.sum() / divisor, stepwise::BackwardOptions().scale_wrt_gas(false));
+    engine.step();
+    first += n;
+  }
+  if (rank == 0) {
+    std::cout << "tokens " << tokens.item<double>() << " weights" << std::setprecision(9);
+    const auto weights = torch::cat({model->weight.flatten(), model->bias});
+    for (int64_t i = 0; i < weights.numel(); ++i) std::cout << ' ' << weights[i].item<double>();
+    std::cout << std::endl;
+  }
+  return engine.global_steps() == 1 ? 0 : 1;
+}
+
 int run_broadcast_fp16() {
   const int64_t rank =
       stepwise::distributed::world_size_for_engine() > 1 ? stepwise::distributed::rank() : 0;
@@ -522,6 +561,7 @@ int main(int argc, char** argv) {
     if (args.size() == 1 && args[0] == "mismatch-gas") return run_mismatch(false);
     if (args.size() == 1 && args[0] == "mismatch-shape") return run_mismatch(true);
     if (args.size() == 1 && args[0] == "broadcast-fp16") return run_broadcast_fp16();
+    if (args.size() == 1 && args[0] == "token-recipe") return run_token_recipe();
     if (args.size() == 2 && args[0] == "checkpoint") return run_checkpoint(args[1]);
     if (args.size() == 2 && args[0] == "kill-save") return run_kill_save(args[1]);
     if (args.size() == 1 && args[0] == "overflow") return run_overflow();
