@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "distributed/token_problem.h"
 #include "gradient_reducer.h"  // internal: the reducer's counters
 #include "support/error_of.h"
 #include "support/free_port.h"
@@ -598,15 +599,7 @@ TEST_F(DataParallel, RankZerosWeightsReachEveryRankBeforeTheFp16Cast) {
 TEST_F(DataParallel, TokenLevelLossOverRanksWithUnequalCountsIsOneBigBatch) {
   auto ranks = run_ranks(2, {"token-recipe"}, std::chrono::seconds(120));
   for (int r = 0; r < 2; ++r) ASSERT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
-  torch::manual_seed(0);
-  torch::nn::Linear model(4, 1);
-  auto engine = stepwise::initialize(
-      model,
-      stepwise::Config::from_json({{"train_micro_batch_size_per_gpu", 20},
-                                   {"steps_per_print", 1000000000},
-                                   {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 0.1}}}}}}));
-  torch::manual_seed(1);
-  const auto all = torch::randn({20, 4});
+  auto [model, engine, all] = stepwise::testing::token_problem(20, 1);
   engine.backward(model->forward(all).pow(2).mean());
   engine.step();
   const auto weights = torch::cat({model->weight.flatten(), model->bias});

@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/token_problem.h"
 #include "distributed/zero_worker.h"
 #include "gradient_reducer.h"  // internal: the reducer's counters
 #include "support/reference_problem.h"
@@ -234,19 +235,10 @@ int run_mismatch(bool shapes) {
 // window (GAS 2) of 20 tokens, rank 0's micro-batches holding 3 and 9 of them, rank 1's 6
 // and 2. Each rank all-reduces its count and divides its summed token losses by the global
 // count / W, the GAS division off. Rank 0 prints the weights after the step, for the test to
-// compare with one batch of all 20 tokens at W = 1 (token_recipe_reference()).
+// compare with one batch of all 20 tokens at W = 1.
 int run_token_recipe() {
-  torch::manual_seed(0);
-  torch::nn::Linear model(4, 1);
-  auto engine = stepwise::initialize(
-      model,
-      stepwise::Config::from_json({{"train_micro_batch_size_per_gpu", 1},
-                                   {"gradient_accumulation_steps", 2},
-                                   {"steps_per_print", 1000000000},
-                                   {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 0.1}}}}}}));
+  auto [model, engine, all] = stepwise::testing::token_problem(1, 2);
   const int64_t rank = stepwise::distributed::rank();  // the group is joined by initialize
-  torch::manual_seed(1);
-  const auto all = torch::randn({20, 4});
   const std::vector<int64_t> sizes =
       rank == 0 ? std::vector<int64_t>{3, 9} : std::vector<int64_t>{6, 2};
   int64_t first = rank == 0 ? 0 : 12;

@@ -67,15 +67,21 @@ TEST(GuardRails, FlushRightAfterBackward) {
       "docs/gradient-accumulation.md (stepwise docs: The pitfalls of gradient accumulation).");
 }
 
-TEST(GuardRails, UserSteppingTheEnginesScheduler) {
-  Fixture f;
+// The error of the step() after a loop steps the engine's scheduler itself, as a plain
+// LibTorch loop's leftover scheduler.step() does.
+std::string error_after_stepping_its_scheduler(Fixture& f) {
   for (int64_t t = 0; t < 2; ++t) {
     f.engine.backward(f.loss(t));
     f.engine.step();
   }
-  f.engine.lr_scheduler()->step();  // the leftover line of a plain LibTorch loop
+  f.engine.lr_scheduler()->step();
   f.engine.backward(f.loss(2));
-  EXPECT_EQ(usage_error([&] { f.engine.step(); }),
+  return usage_error([&] { f.engine.step(); });
+}
+
+TEST(GuardRails, UserSteppingTheEnginesScheduler) {
+  Fixture f;
+  EXPECT_EQ(error_after_stepping_its_scheduler(f),
             "the LR scheduler owned by the engine was stepped outside it: it has taken 2 steps, "
             "the engine stepped it 1 time. Remove your scheduler.step() call: engine.step() "
             "steps the scheduler at each accumulation boundary (not on skipped steps). See "
@@ -85,15 +91,8 @@ TEST(GuardRails, UserSteppingTheEnginesScheduler) {
 
 TEST(GuardRails, StrictCadenceOffKeepsTheSchedulerCheck) {
   Fixture f(R"("stepwise": {"strict_cadence": false}, )");
-  for (int64_t t = 0; t < 2; ++t) {
-    f.engine.backward(f.loss(t));
-    f.engine.step();
-  }
-  f.engine.lr_scheduler()->step();
-  f.engine.backward(f.loss(2));
-  EXPECT_NE(usage_error([&] {
-              f.engine.step();
-            }).find("the LR scheduler owned by the engine was stepped outside it"),
+  EXPECT_NE(error_after_stepping_its_scheduler(f).find(
+                "the LR scheduler owned by the engine was stepped outside it"),
             std::string::npos);
 }
 
