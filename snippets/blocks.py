@@ -157,8 +157,9 @@ def check_page(blocks, contexts_dir):
             unknown = set(b.attrs) - OUTPUT_KEYS
             if unknown:
                 errors.append((where, "unknown output attribute(s) " + ", ".join(sorted(unknown))))
-            if b.attrs.get("plot", "lr") != "lr":
-                errors.append((where, f"plot={b.attrs['plot']!r}: the only plot kind is \"lr\""))
+            if b.attrs.get("plot", "lr") not in ("lr", "timeline"):
+                errors.append((where, f"plot={b.attrs['plot']!r}: the plot kinds are \"lr\" and "
+                                      f"\"timeline\""))
             continue
         if not b.is_cpp:
             continue

@@ -7,10 +7,10 @@
 - Every C++ block carries data-kind (and data-expect for compile-fail); every output block
   data-for and data-tolerance: the reader-side test (tests/browser/site_test.mjs, then
   snippets/copies_test.py) takes the copies and the expected outputs from the built HTML.
-- Output blocks get an "Output" caption (and, with `plot="lr"`, an SVG chart per line,
-  snippets/plot.py); compile-fail and no-compile blocks a label; a `{.text .curves
-  title="..."}` block, whose lines are `FILE LABEL` (csv_monitor files under docs/), becomes
-  one chart of those loss curves.
+- Output blocks get an "Output" caption (and, with `plot="lr"`, an SVG chart per line;
+  with `plot="timeline"`, the window timeline: snippets/plot.py); compile-fail and
+  no-compile blocks a label; a `{.text .curves title="..."}` block, whose lines are
+  `FILE LABEL` (csv_monitor files under docs/), becomes one chart of those loss curves.
 - Invalid blocks are logged as warnings, so `mkdocs build --strict` fails on them.
 - The C++ API reference (Sphinx + Breathe HTML, built before MkDocs into
   $STEPWISE_API_HTML, default build/docs/api) becomes pages of this site (snippets/
@@ -54,6 +54,8 @@ def _render(block):
         out = [f"{i}Output", f"{i}{{: .sw-output-label }}", ""] + _fence(block, info, block.lines)
         if block.attrs.get("plot") == "lr":  # drawn from the verified output, at build time
             out += ["", i + plot.lr_charts(block.lines), ""]
+        elif block.attrs.get("plot") == "timeline":  # the glossary's window, from its run
+            out += ["", i + plot.timeline_chart(block.lines), ""]
         return out
     if "curves" in block.classes:  # loss curves from committed csv_monitor files
         return [i + plot.curves_block(block.attrs.get("title", ""), block.lines, ROOT / "docs")]

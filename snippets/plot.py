@@ -101,3 +101,75 @@ def curves_block(title, lines, docs_dir):
     if not series:
         raise ValueError(f"curves block {title!r} names no file")
     return '<div class="sw-plots">' + curves_chart(title, series) + "</div>"
+
+
+# The window timeline (`plot="timeline"`): one column per micro-batch of the glossary's
+# program output, whose lines are `mb | loss | backward() | boundary | step() | micro |
+# global | lr` (a `flush` row: the flush() call). Drawn at build time from the
+# verified output, so the picture is what the engine did.
+TW, TLEFT, TROW = 72, 100, 26
+
+
+def _timeline_rows(lines):
+    rows = []
+    for line in lines[1:]:
+        cells = [c.strip() for c in line.split("|")]
+        if not line.strip():
+            continue
+        if len(cells) != 8:
+            raise ValueError(f"timeline line has {len(cells)} cells, not 8: {line!r}")
+        rows.append({"mb": cells[0], "loss": cells[1], "returns": cells[2],
+                     "boundary": cells[3] == "yes",
+                     "did": cells[4], "micro": cells[5], "global": cells[6], "lr": cells[7]})
+    if not rows:
+        raise ValueError("timeline block has no rows")
+    return rows
+
+
+def timeline_chart(lines):
+    """One SVG: the micro-batches as columns, grouped into windows, each with what backward()
+    returned, what step() did (counted, or the boundary's optimizer and scheduler step), the
+    counters and the lr after it."""
+    rows = _timeline_rows(lines)
+    width, height = TLEFT + TW * len(rows) + 8, 58 + TROW * 5
+    x = lambda k: TLEFT + TW * k
+    parts = [f'<svg class="sw-plot sw-timeline" role="img" viewBox="0 0 {width} {height}" '
+             f'width="{width}" height="{height}" aria-label="timeline of {len(rows)} calls">'
+             f'<title>What the engine did at each micro-batch and at flush()</title>']
+    labels = ["backward()", "step()", "micro_steps()", "global_steps()", "lr after"]
+    for r, name in enumerate(labels):
+        parts.append(f'<text x="{TLEFT - 8}" y="{58 + TROW * r}" font-size="11" '
+                     f'text-anchor="end">{name}</text>')
+    start, window = 0, 1
+    for k, row in enumerate(rows):
+        flush = row["mb"] == "flush"
+        ends = row["boundary"] or flush or k == len(rows) - 1
+        if ends:  # the window's bracket over its columns
+            x0, x1 = x(start) + 3, x(k) + TW - 3
+            name = f"window {window}" + (" (flushed)" if flush else "")
+            parts.append(f'<path d="M{x0},24 v-6 H{x1} v6" fill="none" stroke="#888"/>'
+                         f'<text x="{(x0 + x1) / 2:.0f}" y="12" font-size="11" '
+                         f'text-anchor="middle">{html.escape(name)}</text>')
+            start, window = k + 1, window + 1
+        cx = x(k) + TW / 2
+        head = "flush()" if flush else f"mb {html.escape(row['mb'])}"
+        parts.append(f'<text x="{cx:.0f}" y="36" font-size="11" font-weight="bold" '
+                     f'text-anchor="middle">{head}</text>')
+        returned = "-"
+        if row["returns"]:  # what backward() returned, as a fraction of the loss
+            returned = f"loss / {float(row['loss']) / float(row['returns']):.0f}"
+        parts.append(f'<text x="{cx:.0f}" y="58" font-size="10" text-anchor="middle">'
+                     f'{html.escape(returned)}</text>')
+        stepped = row["did"] != "counted"
+        fill, on = ("#3f51b5", ' class="sw-on-step"') if stepped else ("#e0e0e0", "")
+        did = "opt + sched" if stepped else "counted"
+        parts.append(f'<rect class="{"sw-step" if stepped else "sw-count"}" x="{x(k) + 4}" '
+                     f'y="{58 + TROW - 13}" width="{TW - 8}" height="18" rx="3" fill="{fill}"/>'
+                     f'<text{on} x="{cx:.0f}" y="{58 + TROW}" font-size="10" '
+                     f'text-anchor="middle">{did}</text>')
+        for r, key in enumerate(("micro", "global", "lr"), start=2):
+            parts.append(f'<text x="{cx:.0f}" y="{58 + TROW * r}" font-size="10" '
+                         f'text-anchor="middle">{html.escape(row[key])}</text>')
+    parts.append(f'<text x="{TLEFT}" y="{height - 8}" font-size="10">opt + sched: the '
+                 f'optimizer step, then the scheduler step (gradients set to none after)</text>')
+    return '<div class="sw-plots">' + "".join(parts) + "</svg></div>"

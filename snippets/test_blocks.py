@@ -56,6 +56,7 @@ class ParserTest(unittest.TestCase):
             "```{.cpp .program #a}\nint main(){}\n": "unclosed fence",
             "```{.cpp .program #a}\n#include <stepwise/stepwise.h>\n#include <torch/torch.h>\n```\n":
                 "after another include: write it first",
+            '```{.text .output for="p" plot="bars"}\n```\n': "the plot kinds are",
         }
         for text, expected in cases.items():
             messages = " | ".join(m for _, m in B.check_page(B.parse_text(text, "docs/t.md"), CONTEXTS))

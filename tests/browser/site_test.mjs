@@ -179,6 +179,27 @@ async function main() {
     else if (overflow > 0) fail(`index: block #at-a-glance scrolls sideways by ${overflow} px at 1400 px`);
     else pass('index: block #at-a-glance fits a 1400-pixel-wide window');
 
+    // 2c. The glossary's window timeline, drawn from its program's verified output: shown,
+    // one column per output row (10 micro-batches and the flush), a step at each boundary
+    // and at flush() (3), and no wider than the page's text.
+    await page.goto(base + 'glossary.html');
+    const timeline = await page.$eval('svg.sw-timeline', (svg) => ({
+      steps: svg.querySelectorAll('rect.sw-step').length,
+      counted: svg.querySelectorAll('rect.sw-count').length,
+      width: svg.getBoundingClientRect().width,
+      room: svg.closest('.md-content').getBoundingClientRect().width,
+    })).catch(() => null);
+    if (timeline === null) fail('glossary: no window timeline (svg.sw-timeline)');
+    else if (timeline.steps !== 3 || timeline.counted !== 8) {
+      fail(`glossary: the timeline shows ${timeline.steps} steps and ${timeline.counted} counted micro-batches, not 3 and 8`);
+    } else if (timeline.width > timeline.room) {
+      fail(`glossary: the timeline is ${timeline.width} px wide, wider than the page's ${timeline.room} px`);
+    } else {
+      await page.$eval('svg.sw-timeline', (svg) => svg.scrollIntoView());
+      await page.screenshot({ path: path.join(artifacts, 'glossary-timeline.png'), fullPage: false });
+      pass(`glossary: the window timeline (3 steps, 8 counted; screenshot ${path.join(artifacts, 'glossary-timeline.png')})`);
+    }
+
     // 3. Search finds "gradient_accumulation_steps" through the search UI.
     await page.goto(base + 'index.html', { waitUntil: 'networkidle' });  // search index loaded
     await page.keyboard.press('/');   // Material's search shortcut, as a reader would
