@@ -191,6 +191,12 @@ def check_page(blocks, contexts_dir):
             errors.append((where, "#include <torch/torch.h> after another include: write it first "
                            "(a reader's GCC uses a precompiled header only for the first include; "
                            "docs/contributing.md, \"What the reader copies\")"))
+        for call, count in order_dependent_calls(b.compiled_lines()):
+            errors.append((where, f"{call}(...) draws from the random generator in {count} of its "
+                           "arguments: C++ leaves their order to the compiler (GCC last to first, "
+                           "Clang first to last), so the block prints other numbers under each; "
+                           "make them first, in statements (docs/troubleshooting.md, \"Same seed, "
+                           "other numbers with another compiler\")"))
     by_id = {b.id: b for b in blocks if b.is_cpp and b.id}
     seen_out = set()
     for b in blocks:
@@ -213,6 +219,45 @@ CONTEXTS = ROOT / "snippets" / "contexts"
 CHECKS = ROOT / "snippets" / "standalone_checks.h"
 CPP_INCLUDE_RE = re.compile(r"\s*#\s*include\b")
 CHECK_RE = re.compile(r"\b(?:CHECK|CHECK_FALSE|CHECK_MESSAGE|CHECK_NOTHROW|CHECK_THROWS_AS|REQUIRE)\s*\(|\bdoctest::")
+
+
+# NOTE: [evaluation order] What draws from LibTorch's random generator: the random
+# factories, and the constructors of the layers whose reset_parameters() draws.
+RNG_CALL_RE = re.compile(
+    r"\b(?:torch::)?(?:randn|rand|randint|randperm|randn_like|rand_like|randint_like|normal|"
+    r"bernoulli|multinomial|dropout)\s*\(|\b(?:torch::nn::)?(?:Linear|Bilinear|Conv[123]d|"
+    r"ConvTranspose[123]d|Embedding|EmbeddingBag|LSTM|GRU|RNN|MultiheadAttention|"
+    r"TransformerEncoderLayer|TransformerDecoderLayer)\s*\(")
+_CALL_RE = re.compile(r"([A-Za-z_][\w:]*)\s*\(")
+_SKIP_RE = re.compile(r'//[^\n]*|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'')
+
+
+def order_dependent_calls(lines):
+    """(callee, n) for each call in `lines` whose arguments draw from the random generator in
+    n >= 2 of them: their order is the compiler's (arguments are unsequenced, unlike the
+    elements of a braced list or a declaration's declarators)."""
+    code = _SKIP_RE.sub(lambda m: " " * len(m.group(0)), "\n".join(lines))
+    found = []
+    for m in _CALL_RE.finditer(code):
+        if m.group(1) in ("if", "for", "while", "switch", "return", "sizeof"):
+            continue
+        depth, start, args = 0, m.end(), []
+        for i in range(m.end(), len(code)):
+            c = code[i]
+            if c in "([{":
+                depth += 1
+            elif c in ")]}":
+                if depth == 0:
+                    args.append(code[start:i])
+                    break
+                depth -= 1
+            elif c == "," and depth == 0:
+                args.append(code[start:i])
+                start = i + 1
+        drawing = sum(1 for a in args if RNG_CALL_RE.search(a))
+        if drawing >= 2:
+            found.append((m.group(1), drawing))
+    return found
 
 
 def _without_header_comment(path):

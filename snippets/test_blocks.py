@@ -56,11 +56,29 @@ class ParserTest(unittest.TestCase):
             "```{.cpp .program #a}\nint main(){}\n": "unclosed fence",
             "```{.cpp .program #a}\n#include <stepwise/stepwise.h>\n#include <torch/torch.h>\n```\n":
                 "after another include: write it first",
+            "```{.cpp .program #a}\nauto m = torch::nn::Sequential(torch::nn::Linear(4, 8),\n"
+            "    torch::nn::ReLU(), torch::nn::Linear(8, 1));\n```\n":
+                "torch::nn::Sequential(...) draws from the random generator in 2 of its arguments",
+            '```{.cpp .program #a plot="bars"}\n```\n': "unknown attribute",
             '```{.text .output for="p" plot="bars"}\n```\n': "the plot kinds are",
         }
         for text, expected in cases.items():
             messages = " | ".join(m for _, m in B.check_page(B.parse_text(text, "docs/t.md"), CONTEXTS))
             self.assertIn(expected, messages, text)
+
+    def test_evaluation_order(self):
+        # Unsequenced: a call's arguments. Sequenced: statements, declarators, braced lists.
+        self.assertEqual(B.order_dependent_calls(
+            ["auto l = torch::mse_loss(model(torch::randn({2, 4})), torch::randn({2, 1}));"]),
+            [("torch::mse_loss", 2)])
+        self.assertEqual(B.order_dependent_calls(
+            ["torch::nn::Sequential m(torch::nn::Linear(4, 8), torch::nn::Linear(8, 1));"]), [("m", 2)])
+        for fine in (["torch::nn::Linear fc1(4, 8), fc2(8, 1);",
+                      "torch::nn::Sequential m(fc1, torch::nn::ReLU(), fc2);"],
+                     ["auto t = torch::cat({torch::randn({2}), torch::randn({2})});"],
+                     ["auto x = torch::randn({2, 4}), y = torch::randn({2, 1});"],
+                     ['f("torch::randn(", torch::randn({1}));  // Linear(1, 2)']):
+            self.assertEqual(B.order_dependent_calls(fine), [], fine)
 
     def test_copy_text(self):
         program, fragment = [b for b in B.parse_text(PAGE, "docs/t.md") if b.is_cpp]

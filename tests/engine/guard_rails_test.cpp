@@ -116,14 +116,15 @@ TEST(GuardRails, UserSteppingAClientScheduler) {
 
 TEST(GuardRails, BadLossValues) {
   Fixture f;
-  auto [x, y] = reference_samples(0, 2);
+  const auto samples = reference_samples(0, 2);  // a pair: C++17 lambdas capture no bindings
   const std::string prefix =
       "engine.backward(loss) needs a defined, floating-point, 0-dim loss that requires grad "
       "(the mean over the micro-batch), got ";
   EXPECT_EQ(usage_error([&] { f.engine.backward(torch::Tensor()); }),
             prefix + "an undefined tensor");
   EXPECT_EQ(usage_error([&] {
-              f.engine.backward(torch::mse_loss(f.model->forward(x), y, torch::Reduction::None));
+              f.engine.backward(torch::mse_loss(f.model->forward(samples.first), samples.second,
+                                                torch::Reduction::None));
             }),
             prefix +
                 "a Float tensor of shape [2, 1] that requires grad; reduce it first, e.g. "
