@@ -125,9 +125,10 @@ std::shared_ptr<Context> init(const InitOptions& options = {});
 bool is_initialized();
 /// The group set by init(), or null.
 std::shared_ptr<Context> default_context();
-/// This process's rank (0 without a group).
+/// This process's rank in the group that init() (or stepwise::initialize) joined; 0
+/// without a group, so 0 on every rank before the group is joined.
 int64_t rank();
-/// Number of ranks (1 without a group).
+/// Number of ranks in that group; 1 without a group (before it is joined, too).
 int64_t world_size();
 /// A barrier (so no rank closes while others still reduce), then leaves the group.
 void shutdown();

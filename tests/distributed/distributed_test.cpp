@@ -527,6 +527,18 @@ TEST(DistributedOptions, NcclBackendRunsOrSaysWhyNot) {
   distributed::shutdown();
 }
 
+// docs/data-parallel.md: rank() and world_size() describe the joined group, so a launched
+// process that asks before initialize() joins it is rank 0 of 1, whatever RANK says.
+TEST(DistributedOptions, BeforeTheGroupIsJoinedEveryRankIsRankZeroOfOne) {
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("RANK", "1", 1);
+  EXPECT_FALSE(distributed::is_initialized());
+  EXPECT_EQ(distributed::rank(), 0);
+  EXPECT_EQ(distributed::world_size(), 1);
+  ::unsetenv("WORLD_SIZE");
+  ::unsetenv("RANK");
+}
+
 TEST(DistributedOptions, WorldOfOneIsANoOpAndInitTwiceIsAnError) {
   ::unsetenv("WORLD_SIZE");
   EXPECT_FALSE(distributed::is_initialized());
