@@ -222,7 +222,7 @@ async function main() {
     }
 
     // 3b. A reader searching by symptom finds the troubleshooting page.
-    for (const words of ['loss too small', 'weights differ']) {
+    for (const words of ['loss too small', 'weights differ', 'lr wrong']) {
       await page.fill('input.md-search__input', '');
       await page.keyboard.type(words, { delay: 10 });
       try {
