@@ -3,7 +3,8 @@
 #
 # - ccache, when it is installed, for repeat builds (-DSTEPWISE_CCACHE=OFF to skip it). A
 #   fresh clone does not depend on it: the build and the CI timings assume a cold cache.
-#   The PCH needs ccache's pch_defines,time_macros sloppiness to be cached at all.
+#   The PCH needs ccache's pch_defines,time_macros sloppiness to be cached at all, and
+#   with Clang a PCH without timestamps (below).
 # - GNU gold, when the compiler accepts -fuse-ld=gold: it links a test executable several
 #   times faster than ld.bfd, and resolves archives in command-line order as ld.bfd does
 #   (lld would not, and could hide a link order that fails for a user).
@@ -16,6 +17,10 @@ if(STEPWISE_CCACHE AND STEPWISE_CCACHE_PROGRAM AND NOT CMAKE_CXX_COMPILER_LAUNCH
   set(CMAKE_CXX_COMPILER_LAUNCHER ${CMAKE_COMMAND} -E env
       CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
       ${STEPWISE_CCACHE_PROGRAM})
+  # Clang writes its inputs' modification times into a PCH and refuses a PCH restored from
+  # the cache into a fresh folder ("has been modified since the precompiled header was
+  # built"): without the timestamps, ccache's content check is what decides.
+  add_compile_options("$<$<CXX_COMPILER_ID:Clang>:SHELL:-Xclang -fno-pch-timestamp>")
   message(STATUS "stepwise: compiling through ${STEPWISE_CCACHE_PROGRAM}")
 endif()
 option(STEPWISE_GOLD "Link with GNU gold when the compiler accepts -fuse-ld=gold" ON)

@@ -11,10 +11,14 @@
 # build folder (a configured folder keeps its compiler). The library is the same C++17
 # either way, and a user's project links it with either (packaging:consumer builds one
 # with the system's c++).
+# A toolchain file chooses the compiler itself.
+if(NOT CMAKE_SOURCE_DIR STREQUAL CMAKE_CURRENT_SOURCE_DIR)
+  return()
+endif()
 option(STEPWISE_PREFER_CLANG "A fresh top-level configure uses clang++ when it is installed"
        ON)
 if(STEPWISE_PREFER_CLANG AND NOT DEFINED CMAKE_CXX_COMPILER AND NOT DEFINED ENV{CXX}
-   AND CMAKE_SOURCE_DIR STREQUAL CMAKE_CURRENT_SOURCE_DIR)
+   AND NOT DEFINED CMAKE_TOOLCHAIN_FILE)
   find_program(STEPWISE_CLANGXX NAMES clang++)
   if(STEPWISE_CLANGXX)
     set(CMAKE_CXX_COMPILER "${STEPWISE_CLANGXX}")

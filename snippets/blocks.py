@@ -221,15 +221,31 @@ CPP_INCLUDE_RE = re.compile(r"\s*#\s*include\b")
 CHECK_RE = re.compile(r"\b(?:CHECK|CHECK_FALSE|CHECK_MESSAGE|CHECK_NOTHROW|CHECK_THROWS_AS|REQUIRE)\s*\(|\bdoctest::")
 
 
-# NOTE: [evaluation order] What draws from LibTorch's random generator: the random
-# factories, and the constructors of the layers whose reset_parameters() draws.
+# NOTE: [evaluation order] The arguments of one call are unsequenced in C++: GCC evaluates
+# them last to first, Clang first to last. A block whose call draws from LibTorch's random
+# generator in two of its arguments prints other numbers under each compiler, so
+# docs:check-blocks refuses it. What counts as a draw: the random factories and
+# functional dropouts, the in-place random fills and the random initialisers, and the
+# constructors of the layers and samplers that draw (reset_parameters(), randperm). A
+# check of the usual forms, not a proof: the operands of a binary operator
+# (`randn(...) + randn(...)`), a user's own module that draws, and a call through a
+# pointer are not seen.
 RNG_CALL_RE = re.compile(
     r"\b(?:torch::)?(?:randn|rand|randint|randperm|randn_like|rand_like|randint_like|normal|"
-    r"bernoulli|multinomial|dropout)\s*\(|\b(?:torch::nn::)?(?:Linear|Bilinear|Conv[123]d|"
-    r"ConvTranspose[123]d|Embedding|EmbeddingBag|LSTM|GRU|RNN|MultiheadAttention|"
-    r"TransformerEncoderLayer|TransformerDecoderLayer)\s*\(")
-_CALL_RE = re.compile(r"([A-Za-z_][\w:]*)\s*\(")
-_SKIP_RE = re.compile(r'//[^\n]*|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'')
+    r"bernoulli|multinomial|poisson|dropout|dropout2d|dropout3d|alpha_dropout|"
+    r"feature_alpha_dropout|rrelu)\s*\("
+    r"|\.(?:uniform_|normal_|bernoulli_|random_|exponential_|geometric_|cauchy_|log_normal_)\s*\("
+    r"|\binit::(?:uniform_|normal_|xavier_uniform_|xavier_normal_|kaiming_uniform_|"
+    r"kaiming_normal_|trunc_normal_|orthogonal_|sparse_)\s*\("
+    r"|\b(?:torch::nn::)?(?:Linear|Bilinear|Conv[123]d|ConvTranspose[123]d|Embedding|"
+    r"EmbeddingBag|(?:LSTM|GRU|RNN)(?:Cell)?|MultiheadAttention|"
+    r"Transformer(?:Encoder|Decoder)?(?:Layer)?|RandomSampler)\s*(?:<[^<>()]*>)?\s*\(")
+_CALL_RE = re.compile(r"([A-Za-z_][\w:]*)\s*(?:<[^<>();{}]*>)?\s*\(")
+# What cannot hold code: comments, raw and plain strings, character literals (a ' after a
+# digit is a digit separator, 1'000).
+_SKIP_RE = re.compile(
+    r'/\*.*?\*/|//[^\n]*|R"([^()\\\s"]{0,16})\(.*?\)\1"|"(?:\\.|[^"\\\n])*"'
+    r"|(?<![0-9])'(?:\\.|[^'\\\n])+'", re.S)
 
 
 def order_dependent_calls(lines):

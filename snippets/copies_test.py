@@ -20,8 +20,9 @@ run, with a copy that uses a LibTorch module stepwise.h does not include).
   with -fpch-instantiate-templates, so the templates LibTorch's headers instantiate are
   instantiated once, in the PCH, not again in every copy. A copy compiles in about a third
   of GCC's time with its .gch (3.6 s against 12.5 s for one, 2.0 s against 9.4 s for an
-  empty main). The in-tree docs tests compile the same code with GCC, so every block is
-  built by both compilers.
+  empty main). The in-tree docs tests compile the same code with the build's compiler
+  (Clang too where it is installed: NOTE: [Clang first]); GCC builds the copies on request
+  (--cxx g++, docs/contributing.md).
 - With GCC (--cxx g++, or no clang++), GCC's own rule does it: a `name.gch` found where
   `name` would be found is used for an #include that comes before any other token of the
   file. The .gch files sit in an -I folder that holds no headers; -Winvalid-pch says so if

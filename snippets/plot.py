@@ -111,6 +111,9 @@ TW, TLEFT, TROW = 72, 100, 26
 
 
 def _timeline_rows(lines):
+    if not lines or [c.strip() for c in lines[0].split("|")][:1] != ["mb"]:
+        raise ValueError(f"timeline block must start with its header line `mb | loss | ...`, "
+                         f"got {lines[:1]!r}")
     rows = []
     for line in lines[1:]:
         cells = [c.strip() for c in line.split("|")]
@@ -119,17 +122,31 @@ def _timeline_rows(lines):
         if len(cells) != 8:
             raise ValueError(f"timeline line has {len(cells)} cells, not 8: {line!r}")
         rows.append({"mb": cells[0], "loss": cells[1], "returns": cells[2],
-                     "boundary": cells[3] == "yes",
-                     "did": cells[4], "micro": cells[5], "global": cells[6], "lr": cells[7]})
+                     "boundary": cells[3] == "yes", "stepped": cells[4] == "the step",
+                     "micro": cells[5], "global": cells[6], "lr": cells[7]})
     if not rows:
         raise ValueError("timeline block has no rows")
     return rows
 
 
+def _returned(row):
+    """What backward() returned: "loss / N" when the printed values give a whole N (to 1%),
+    else the value as printed."""
+    if not row["returns"]:
+        return "-"
+    loss, returned = float(row["loss"]), float(row["returns"])
+    if returned > 0:
+        n = loss / returned
+        if round(n) >= 1 and abs(n - round(n)) <= 0.01 * round(n):
+            return f"loss / {round(n)}"
+    return row["returns"]
+
+
 def timeline_chart(lines):
     """One SVG: the micro-batches as columns, grouped into windows, each with what backward()
     returned, what step() did (counted, or the boundary's optimizer and scheduler step), the
-    counters and the lr after it."""
+    counters and the lr after it. A flush() that stepped ends its window; one with nothing
+    pending ends none."""
     rows = _timeline_rows(lines)
     width, height = TLEFT + TW * len(rows) + 8, 58 + TROW * 5
     x = lambda k: TLEFT + TW * k
@@ -140,30 +157,36 @@ def timeline_chart(lines):
     for r, name in enumerate(labels):
         parts.append(f'<text x="{TLEFT - 8}" y="{58 + TROW * r}" font-size="11" '
                      f'text-anchor="end">{name}</text>')
+
+    def bracket(first, last, name):  # a window's bracket over its columns
+        x0, x1 = x(first) + 3, x(last) + TW - 3
+        parts.append(f'<path d="M{x0},24 v-6 H{x1} v6" fill="none" stroke="#888"/>'
+                     f'<text x="{(x0 + x1) / 2:.0f}" y="12" font-size="11" '
+                     f'text-anchor="middle">{html.escape(name)}</text>')
+
     start, window = 0, 1
     for k, row in enumerate(rows):
         flush = row["mb"] == "flush"
-        ends = row["boundary"] or flush or k == len(rows) - 1
-        if ends:  # the window's bracket over its columns
-            x0, x1 = x(start) + 3, x(k) + TW - 3
-            name = f"window {window}" + (" (flushed)" if flush else "")
-            parts.append(f'<path d="M{x0},24 v-6 H{x1} v6" fill="none" stroke="#888"/>'
-                         f'<text x="{(x0 + x1) / 2:.0f}" y="12" font-size="11" '
-                         f'text-anchor="middle">{html.escape(name)}</text>')
+        if flush and not row["stepped"]:  # nothing pending: the open window (if any) ends before
+            if start < k:
+                bracket(start, k - 1, f"window {window}")
+                window += 1
+            start = k + 1
+        elif row["boundary"] or flush or k == len(rows) - 1:
+            bracket(start, k, f"window {window}" + (" (flushed)" if flush else ""))
             start, window = k + 1, window + 1
         cx = x(k) + TW / 2
         head = "flush()" if flush else f"mb {html.escape(row['mb'])}"
         parts.append(f'<text x="{cx:.0f}" y="36" font-size="11" font-weight="bold" '
                      f'text-anchor="middle">{head}</text>')
-        returned = "-"
-        if row["returns"]:  # what backward() returned, as a fraction of the loss
-            returned = f"loss / {float(row['loss']) / float(row['returns']):.0f}"
         parts.append(f'<text x="{cx:.0f}" y="58" font-size="10" text-anchor="middle">'
-                     f'{html.escape(returned)}</text>')
-        stepped = row["did"] != "counted"
-        fill, on = ("#3f51b5", ' class="sw-on-step"') if stepped else ("#e0e0e0", "")
-        did = "opt + sched" if stepped else "counted"
-        parts.append(f'<rect class="{"sw-step" if stepped else "sw-count"}" x="{x(k) + 4}" '
+                     f'{html.escape(_returned(row))}</text>')
+        if row["stepped"]:
+            kind, fill, on, did = "sw-step", "#3f51b5", ' class="sw-on-step"', "opt + sched"
+        else:
+            kind, fill, on, did = ("sw-none", "#f5f5f5", "", "nothing") if flush else (
+                "sw-count", "#e0e0e0", "", "counted")
+        parts.append(f'<rect class="{kind}" x="{x(k) + 4}" '
                      f'y="{58 + TROW - 13}" width="{TW - 8}" height="18" rx="3" fill="{fill}"/>'
                      f'<text{on} x="{cx:.0f}" y="{58 + TROW}" font-size="10" '
                      f'text-anchor="middle">{did}</text>')

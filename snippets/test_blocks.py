@@ -5,6 +5,7 @@ import unittest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import blocks as B  # noqa: E402
+import plot  # noqa: E402
 from run_block import same_output  # noqa: E402
 
 CONTEXTS = pathlib.Path(__file__).resolve().parent / "contexts"
@@ -67,18 +68,55 @@ class ParserTest(unittest.TestCase):
             self.assertIn(expected, messages, text)
 
     def test_evaluation_order(self):
-        # Unsequenced: a call's arguments. Sequenced: statements, declarators, braced lists.
-        self.assertEqual(B.order_dependent_calls(
-            ["auto l = torch::mse_loss(model(torch::randn({2, 4})), torch::randn({2, 1}));"]),
-            [("torch::mse_loss", 2)])
-        self.assertEqual(B.order_dependent_calls(
-            ["torch::nn::Sequential m(torch::nn::Linear(4, 8), torch::nn::Linear(8, 1));"]), [("m", 2)])
+        # Unsequenced: a call's arguments. Sequenced: statements, declarators, braced lists,
+        # the object of a member call and its arguments.
+        order = B.order_dependent_calls
+        drawing = {
+            "auto l = torch::mse_loss(model(torch::randn({2, 4})), torch::randn({2, 1}));":
+                "torch::mse_loss",
+            "torch::nn::Sequential m(torch::nn::Linear(4, 8), torch::nn::Linear(8, 1));": "m",
+            "auto n = std::make_shared<Net>(torch::nn::Linear(4, 8), torch::nn::Linear(8, 1));":
+                "std::make_shared",
+            "torch::nn::Sequential s(torch::nn::Conv2d(1, 2, 3), torch::nn::Embedding(4, 2));": "s",
+            "h(torch::nn::LSTMCell(2, 3), x.uniform_(0, 1));": "h",
+            "g(torch::randn({1}) /* Linear( */, torch::randn({1}));": "g",
+        }
+        for line, callee in drawing.items():
+            self.assertEqual(order([line]), [(callee, 2)], line)
+        # A digit separator or a raw string with a lone quote hides nothing after it.
+        for before in ("int64_t n = 1'000;", 'auto c = R"({"say": "hi)";'):
+            self.assertEqual(order([before, "f(torch::randn({2}), torch::rand({2}));"]), [("f", 2)])
         for fine in (["torch::nn::Linear fc1(4, 8), fc2(8, 1);",
                       "torch::nn::Sequential m(fc1, torch::nn::ReLU(), fc2);"],
                      ["auto t = torch::cat({torch::randn({2}), torch::randn({2})});"],
                      ["auto x = torch::randn({2, 4}), y = torch::randn({2, 1});"],
+                     ["auto x = torch::randn({2}).add(torch::randn({2}));"],
+                     ["h(torch::nn::init::normal_(w), torch::nn::init::zeros_(b));"],
                      ['f("torch::randn(", torch::randn({1}));  // Linear(1, 2)']):
-            self.assertEqual(B.order_dependent_calls(fine), [], fine)
+            self.assertEqual(order(fine), [], fine)
+        # Hidden lines are compiled, so they are read too.
+        page = ("```{.cpp .program #a}\n//~ auto l = torch::mse_loss(m(torch::randn({1})), "
+                "torch::randn({1}));\nint main() {}\n```\n")
+        messages = [m for _, m in B.check_page(B.parse_text(page, "docs/t.md"), CONTEXTS)]
+        self.assertTrue(any("torch::mse_loss(...) draws" in m for m in messages), messages)
+
+    def test_timeline(self):
+        head = "   mb | loss   | backward() | boundary | step()   | micro | global | lr"
+        rows = ["    1 | 0.4000 | 0.1000     | no       | counted  |     1 |      0 | 0.050",
+                "    2 | 0.0010 | 0.0003     | yes      | the step |     2 |      1 | 0.100",
+                "    3 | 0.2000 | 0.0000     | no       | counted  |     3 |      1 | 0.100",
+                "flush |        |            |          | the step |     4 |      2 | 0.100"]
+        svg = plot.timeline_chart([head] + rows)
+        self.assertEqual((svg.count('class="sw-step"'), svg.count('class="sw-count"')), (2, 2))
+        self.assertIn("loss / 4", svg)    # 0.4 / 0.1
+        self.assertIn(">0.0003<", svg)    # too rounded to give a fraction: the value
+        self.assertIn("window 2 (flushed)", svg)
+        nothing = rows[:3] + ["flush |        |            |          | nothing  |     3 |      1 | 0.100"]
+        svg = plot.timeline_chart([head] + nothing)
+        self.assertEqual(svg.count('class="sw-step"'), 1)
+        self.assertNotIn("(flushed)", svg)  # a flush() with nothing pending ends no window
+        with self.assertRaisesRegex(ValueError, "header"):
+            plot.timeline_chart(rows)
 
     def test_copy_text(self):
         program, fragment = [b for b in B.parse_text(PAGE, "docs/t.md") if b.is_cpp]

@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
   std::vector<double> save_sw, save_plain, load_sw, load_plain;
   // What runs first pays for what ran before it (page cache, freed memory): measured here,
   // torch::save took 0.356 s when it ran right after the loads and 0.194 s right after
-  // save_checkpoint. So the order alternates, and each median has as many firsts as seconds.
+  // save_checkpoint. So the order alternates (with an even --reps, each median has as many
+  // firsts as seconds).
   const auto save_one = [&] {
     save_sw.push_back(
         seconds([&] { engine.save_checkpoint(dir, stepwise::SaveOptions().tag("b")); }));
@@ -108,10 +109,16 @@ int main(int argc, char** argv) {
     }));
   };
   for (int64_t r = 0; r < reps; ++r) {
-    if (r % 2 == 0) {
-      save_one(), save_other(), load_one(), load_other();
+    if (r % 2 == 0) {  // save_checkpoint first
+      save_one();
+      save_other();
+      load_one();
+      load_other();
     } else {
-      save_other(), save_one(), load_other(), load_one();
+      save_other();
+      save_one();
+      load_other();
+      load_one();
     }
   }
   const double size_sw = static_cast<double>(size_of(fs::path(dir) / "b"));
