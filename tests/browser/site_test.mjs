@@ -26,8 +26,11 @@ const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..',
 const siteDir = path.resolve(process.argv[2] || path.join(root, 'build', 'docs', 'site'));
 const artifacts = path.resolve(process.env.STEPWISE_ARTIFACTS || path.join(root, 'build', 'artifacts'));
 const failures = [];
-const fail = (msg) => { failures.push(msg); console.log(`FAIL ${msg}`); };
-const pass = (msg) => console.log(`ok   ${msg}`);
+// Each line says when it was reached, so that a slow check shows where the time goes.
+const started = Date.now();
+const at = () => `[${((Date.now() - started) / 1000).toFixed(1).padStart(5)} s]`;
+const fail = (msg) => { failures.push(msg); console.log(`FAIL ${at()} ${msg}`); };
+const pass = (msg) => console.log(`ok   ${at()} ${msg}`);
 
 const types = { '.html': 'text/html', '.js': 'text/javascript', '.css': 'text/css', '.json': 'application/json',
   '.svg': 'image/svg+xml', '.png': 'image/png', '.inv': 'application/octet-stream', '.txt': 'text/plain' };
