@@ -11,7 +11,7 @@
 # build folder (a configured folder keeps its compiler). The library is the same C++17
 # either way, and a user's project links it with either (packaging:consumer builds one
 # with the system's c++).
-# A toolchain file chooses the compiler itself.
+# Under add_subdirectory the parent project chose; a toolchain file chooses itself.
 if(NOT CMAKE_SOURCE_DIR STREQUAL CMAKE_CURRENT_SOURCE_DIR)
   return()
 endif()

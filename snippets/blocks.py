@@ -24,6 +24,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 
+import plot  # the output blocks' plot kinds (plot.CHARTS)
+
 HIDDEN = "//~"
 CPP_LANGS = {"cpp", "c++", "cxx"}
 KINDS = ("program", "fragment", "compile-fail", "no-compile")
@@ -157,9 +159,9 @@ def check_page(blocks, contexts_dir):
             unknown = set(b.attrs) - OUTPUT_KEYS
             if unknown:
                 errors.append((where, "unknown output attribute(s) " + ", ".join(sorted(unknown))))
-            if b.attrs.get("plot", "lr") not in ("lr", "timeline"):
-                errors.append((where, f"plot={b.attrs['plot']!r}: the plot kinds are \"lr\" and "
-                                      f"\"timeline\""))
+            if b.attrs.get("plot", "lr") not in plot.CHARTS:
+                errors.append((where, f"plot={b.attrs['plot']!r}: the plot kinds are "
+                                      + " and ".join(f'"{k}"' for k in plot.CHARTS)))
             continue
         if not b.is_cpp:
             continue

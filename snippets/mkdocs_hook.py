@@ -52,10 +52,9 @@ def _render(block):
                 f'data-tolerance="{_attr(block.attrs.get("tolerance", ""))}" '
                 f'data-atol="{_attr(block.attrs.get("atol", ""))}"}}')
         out = [f"{i}Output", f"{i}{{: .sw-output-label }}", ""] + _fence(block, info, block.lines)
-        if block.attrs.get("plot") == "lr":  # drawn from the verified output, at build time
-            out += ["", i + plot.lr_charts(block.lines), ""]
-        elif block.attrs.get("plot") == "timeline":  # the glossary's window, from its run
-            out += ["", i + plot.timeline_chart(block.lines), ""]
+        draw = plot.CHARTS.get(block.attrs.get("plot"))  # an unknown kind: the check's warning
+        if draw:  # drawn from the verified output, at build time
+            out += ["", i + draw(block.lines), ""]
         return out
     if "curves" in block.classes:  # loss curves from committed csv_monitor files
         return [i + plot.curves_block(block.attrs.get("title", ""), block.lines, ROOT / "docs")]

@@ -196,3 +196,8 @@ def timeline_chart(lines):
     parts.append(f'<text x="{TLEFT}" y="{height - 8}" font-size="10">opt + sched: the '
                  f'optimizer step, then the scheduler step (gradients set to none after)</text>')
     return '<div class="sw-plots">' + "".join(parts) + "</svg></div>"
+
+
+# The output blocks' `plot="KIND"`: what draws each from the block's lines. The MkDocs hook
+# draws with it; docs:check-blocks refuses any other kind.
+CHARTS = {"lr": lr_charts, "timeline": timeline_chart}

@@ -186,13 +186,15 @@ async function main() {
     // one column per output row (10 micro-batches and the flush), a step at each boundary
     // and at flush() (3), and no wider than the page's text column.
     await page.goto(base + 'glossary.html');
-    const timeline = await page.$eval('svg.sw-timeline', (svg) => ({
-      steps: svg.querySelectorAll('rect.sw-step').length,
-      counted: svg.querySelectorAll('rect.sw-count').length,
-      width: svg.getBoundingClientRect().width,
-      room: (svg.closest('.md-content__inner') || { getBoundingClientRect: () => ({ width: -1 }) })
-        .getBoundingClientRect().width,
-    })).catch(() => null);
+    const timeline = await page.$eval('svg.sw-timeline', (svg) => {
+      const text = svg.closest('.md-content__inner');
+      return {
+        steps: svg.querySelectorAll('rect.sw-step').length,
+        counted: svg.querySelectorAll('rect.sw-count').length,
+        width: svg.getBoundingClientRect().width,
+        room: text ? text.getBoundingClientRect().width : -1,
+      };
+    }).catch(() => null);
     if (timeline === null) fail('glossary: no window timeline (svg.sw-timeline)');
     else if (timeline.room < 0) fail('glossary: the timeline is not inside the page\'s text (.md-content__inner)');
     else if (timeline.steps !== 3 || timeline.counted !== 8) {

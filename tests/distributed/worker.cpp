@@ -227,10 +227,6 @@ int run_mismatch(bool shapes) {
   return 0;
 }
 
-// see NOTE: [construction order], observed from outside: Precision copies the fp32
-// masters from the model once, when it casts it, so rank 0's weights must reach every
-// rank before that. Broadcast after the cast, rank 1's masters (what the optimizer
-// updates) would stay its own weights while its model showed rank 0's.
 // The token-level recipe of docs/accumulation-in-depth.md at W = 2 with unequal counts: one
 // window (GAS 2) of 20 tokens, rank 0's micro-batches holding 3 and 9 of them, rank 1's 6
 // and 2. Each rank all-reduces its count and divides its summed token losses by the global
@@ -260,6 +256,10 @@ int run_token_recipe() {
   return engine.global_steps() == 1 ? 0 : 1;
 }
 
+// see NOTE: [construction order], observed from outside: Precision copies the fp32
+// masters from the model once, when it casts it, so rank 0's weights must reach every
+// rank before that. Broadcast after the cast, rank 1's masters (what the optimizer
+// updates) would stay its own weights while its model showed rank 0's.
 int run_broadcast_fp16() {
   const int64_t rank =
       stepwise::distributed::world_size_for_engine() > 1 ? stepwise::distributed::rank() : 0;
