@@ -30,6 +30,7 @@
 #include <functional>
 #include <sstream>
 #include <typeinfo>
+#include <vector>
 
 namespace stepwise {
 
@@ -197,7 +198,9 @@ void check_sum(const std::string& path) {
                  "): load the checkpoint with the stepwise that saved it and save it again");
   STEPWISE_CHECK(sum_file >> size >> sum, CheckpointError, "checkpoint file ", path,
                  ".sum is unreadable: the checkpoint was not completely written");
-  // Hashed where the page cache holds it (mmap): no copy of the file in memory.
+  // Hashed through one reused 1 MiB buffer (pread): read through a mapping, each page of
+  // the file cost a fault (an 80 MB file: 6-40 ms on the CI machine; 7-10 ms this way).
+  // The structure check reads the headers only, through a mapping.
   const int fd = ::open(path.c_str(), O_RDONLY);
   STEPWISE_CHECK(fd >= 0, CheckpointError, "cannot open checkpoint file ", path, ": ",
                  std::strerror(errno));
@@ -208,6 +211,18 @@ void check_sum(const std::string& path) {
     throw CheckpointError(c10::str("cannot read checkpoint file ", path, ": ", ec.message()));
   }
   StreamingHash hash;
+  std::vector<char> buffer(size_t{1} << 20);
+  for (size_t done = 0; done < total;) {
+    const ssize_t n =
+        ::pread(fd, buffer.data(), std::min(buffer.size(), total - done), static_cast<off_t>(done));
+    if (n <= 0) {
+      const std::string why = n == 0 ? "it became shorter while it was read" : std::strerror(errno);
+      ::close(fd);
+      throw CheckpointError(c10::str("cannot read checkpoint file ", path, ": ", why));
+    }
+    hash.update(buffer.data(), static_cast<size_t>(n));
+    done += static_cast<size_t>(n);
+  }
   std::string structure = "it is empty";
   if (total > 0) {
     void* data = ::mmap(nullptr, total, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -216,8 +231,6 @@ void check_sum(const std::string& path) {
       throw CheckpointError(
           c10::str("cannot map checkpoint file ", path, ": ", std::strerror(errno)));
     }
-    ::madvise(data, total, MADV_SEQUENTIAL);
-    hash.update(data, total);
     structure = zip_structure_problem(static_cast<const unsigned char*>(data), total);
     ::munmap(data, total);
   }
