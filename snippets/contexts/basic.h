@@ -1,5 +1,7 @@
-// Context "basic": the includes the pages' fragments use, nothing else. (Not
-// <torch/torch.h>: it doubles the compile time of a copied block.)
+// Context "basic": the includes the pages' fragments use, and nothing else. (Not
+// <torch/torch.h>: it doubles the compile time of a copied block.) They are engine.h's
+// too, line for line, so that docs:copies precompiles them once for both contexts' copies
+// (NOTE: [leading-includes PCH] in snippets/copies_test.py).
 //
 //   ```{.cpp .fragment #id context="basic"}
 //   auto config = stepwise::Config::from_string(R"({"train_batch_size": 8})");
@@ -9,7 +11,9 @@
 
 #include <stepwise/stepwise.h>
 #include <torch/autograd.h>
+#include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/schedulers/step_lr.h>
 #include <torch/optim/sgd.h>
@@ -18,6 +22,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>

@@ -8,20 +8,34 @@
 //
 // The model and batches live on $STEPWISE_DOCS_DEVICE (default CPU; tools/gpu-check
 // sets "cuda"), so the same fragments test the CUDA path on a GPU machine.
+// Its includes are basic.h's, line for line (NOTE: [leading-includes PCH] in
+// snippets/copies_test.py).
 #pragma once
 
 #include <stepwise/stepwise.h>
+#include <torch/autograd.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/schedulers/step_lr.h>
+#include <torch/optim/sgd.h>
 #include <torch/utils.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
