@@ -55,7 +55,7 @@ OptimizerOptions parse_optimizer(ObjectReader r, std::vector<std::string>& notes
     p.get("adam_w_mode", out.adam_w_mode());
     p.get("amsgrad", out.amsgrad());
     p.get("torch_adam", out.torch_adam());
-    detail::read_features(p, "optimizer.params (Adam, AdamW)", notes);
+    p.get("bias_correction", out.bias_correction());
   }
   detail::read_features(p, "optimizer.params", notes);
   r.finish();

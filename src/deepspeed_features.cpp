@@ -103,9 +103,6 @@ const std::vector<DeepSpeedFeature>& deepspeed_features(const std::string& secti
         {"max_grad_norm", "never", WhenOn::kRefuse,
          "it is not supported as an optimizer parameter, as in DeepSpeed: use the top-level "
          "\"gradient_clipping\" instead"}}},
-      {"optimizer.params (Adam, AdamW)",
-       {{"bias_correction", "true", WhenOn::kRefuse,
-         "Adam without bias correction is not implemented; remove it"}}},
       {"scheduler.params",
        {{"last_batch_iteration", "-1", WhenOn::kRefuse,
          "starting a schedule part-way is not implemented: resume from a checkpoint instead, "
@@ -265,9 +262,8 @@ namespace stepwise {
 
 std::vector<DeepSpeedFeatureKey> deepspeed_feature_keys() {
   std::vector<DeepSpeedFeatureKey> keys;
-  for (const char* section :
-       {"", "optimizer.params", "optimizer.params (Adam, AdamW)", "scheduler.params",
-        "scheduler.params (OneCycle)", "fp16", "bf16", "checkpoint"}) {
+  for (const char* section : {"", "optimizer.params", "scheduler.params",
+                              "scheduler.params (OneCycle)", "fp16", "bf16", "checkpoint"}) {
     const std::string prefix(section, std::strcspn(section, " "));  // "optimizer.params"
     for (const auto& f : detail::deepspeed_features(section)) {
       const std::string off = std::strcmp(f.off, "never") == 0     ? "-"

@@ -34,8 +34,7 @@ struct DeepSpeedFeature {
 };
 
 /// The features read in `section`: "" (the top level), "fp16", "bf16", "checkpoint",
-/// "optimizer.params", "optimizer.params (Adam, AdamW)", "scheduler.params" or
-/// "scheduler.params (OneCycle)".
+/// "optimizer.params", "scheduler.params" or "scheduler.params (OneCycle)".
 const std::vector<DeepSpeedFeature>& deepspeed_features(const std::string& section = "");
 
 /// Claims `feature.key` if `reader`'s object has it: off, it is accepted silently; on,

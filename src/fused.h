@@ -68,6 +68,9 @@ struct AdamWStep {
   TORCH_ARG(bool, decoupled) = true;
   /// The step number after this update: 1 on the first (gives the bias corrections).
   TORCH_ARG(int64_t, step) = 1;
+  /// Divide the moments by 1 - beta^step (true), or use them as they are (false: DeepSpeed's
+  /// FusedAdam with bias_correction false).
+  TORCH_ARG(bool, bias_correction) = true;
   /// Every gradient is multiplied by this first (1/S fuses the fp16 unscale).
   TORCH_ARG(double, grad_scale) = 1.0;
 };

@@ -14,14 +14,14 @@
 namespace stepwise {
 
 FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions options,
-                       bool decoupled)
-    : FusedAdamW({torch::optim::OptimizerParamGroup(std::move(params))}, options, decoupled) {}
+                       FusedAdamWMode mode)
+    : FusedAdamW({torch::optim::OptimizerParamGroup(std::move(params))}, options, mode) {}
 
 FusedAdamW::FusedAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
-                       torch::optim::AdamWOptions defaults, bool decoupled)
+                       torch::optim::AdamWOptions defaults, FusedAdamWMode mode)
     : torch::optim::Optimizer(std::move(groups),
                               std::make_unique<torch::optim::AdamWOptions>(defaults)),
-      decoupled_(decoupled) {
+      mode_(mode) {
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     const auto& options =
         static_cast<const torch::optim::AdamWOptions&>(param_groups_[g].options());
@@ -102,7 +102,8 @@ torch::Tensor FusedAdamW::update(const LossClosure& closure, double grad_scale) 
                             .betas(std::get<0>(options.betas()), std::get<1>(options.betas()))
                             .eps(options.eps())
                             .weight_decay(options.weight_decay())
-                            .decoupled(decoupled_)
+                            .decoupled(mode_.decoupled())
+                            .bias_correction(mode_.bias_correction())
                             .step(step)
                             .grad_scale(grad_scale));
       // The kernels write through raw pointers: tell autograd's version counters, as

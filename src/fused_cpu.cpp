@@ -34,8 +34,11 @@ void adamw_step(const AdamWTensors& tensors, const AdamWStep& step,
                 const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   if (found_inf.defined() && found_inf.item<float>() != 0.0f) return;
-  const double bias1 = 1.0 - std::pow(step.beta1(), static_cast<double>(step.step()));
-  const double bias2 = 1.0 - std::pow(step.beta2(), static_cast<double>(step.step()));
+  const auto correction = [&](double beta) {
+    return step.bias_correction() ? 1.0 - std::pow(beta, static_cast<double>(step.step())) : 1.0;
+  };
+  const double bias1 = correction(step.beta1());
+  const double bias2 = correction(step.beta2());
   for (size_t i = 0; i < tensors.params.size(); ++i) {
     const auto& p = tensors.params[i];
     auto grad = tensors.grads[i].to(torch::kFloat);

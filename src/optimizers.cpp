@@ -47,6 +47,16 @@ void validate(const OptimizerOptions& options) {
   STEPWISE_CHECK_OPTION(!(options.amsgrad() && options.torch_adam() == false), "amsgrad",
                         "is true but torch_adam is false: the fused Adam has no AMSGrad; set "
                         "\"torch_adam\": true (or drop amsgrad)");
+  // DeepSpeed passes bias_correction on to the optimizer it builds: FusedAdam takes it,
+  // torch.optim.Adam/AdamW (torch_adam) and its AMSGrad path do not.
+  STEPWISE_CHECK_OPTION(options.bias_correction() || !options.torch_adam().value_or(false),
+                        "bias_correction",
+                        "is false but torch_adam is true: LibTorch's Adam and AdamW always "
+                        "correct the bias (DeepSpeed's torch.optim.Adam refuses the key); drop "
+                        "\"torch_adam\" or bias_correction");
+  STEPWISE_CHECK_OPTION(options.bias_correction() || !options.amsgrad(), "bias_correction",
+                        "is false with amsgrad: the fused Adam, the only one without bias "
+                        "correction, has no AMSGrad; drop amsgrad or bias_correction");
 }
 
 namespace {
@@ -58,7 +68,10 @@ enum class Kind { kFused, kAdamW, kAdam, kSGD };
 
 Kind kind_of(const OptimizerOptions& options, bool on_cuda) {
   const bool adam = options.type() == "Adam" || options.type() == "AdamW";
-  if (adam && !options.amsgrad() && !options.torch_adam().value_or(!on_cuda)) return Kind::kFused;
+  if (adam && !options.amsgrad() &&
+      !options.torch_adam().value_or(!on_cuda && options.bias_correction())) {
+    return Kind::kFused;
+  }
   // see NOTE: [Adam means AdamW]
   if (options.type() == "AdamW" || (options.type() == "Adam" && options.adam_w_mode())) {
     return Kind::kAdamW;
@@ -144,9 +157,11 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& 
   }
   switch (kind) {
     case Kind::kFused:
-      return std::make_unique<FusedAdamW>(std::move(torch_groups),
-                                          adam_options<torch::optim::AdamWOptions>(options),
-                                          options.type() == "AdamW" || options.adam_w_mode());
+      return std::make_unique<FusedAdamW>(
+          std::move(torch_groups), adam_options<torch::optim::AdamWOptions>(options),
+          FusedAdamWMode()
+              .decoupled(options.type() == "AdamW" || options.adam_w_mode())
+              .bias_correction(options.bias_correction()));
     case Kind::kAdamW:
       return std::make_unique<torch::optim::AdamW>(
           std::move(torch_groups), adam_options<torch::optim::AdamWOptions>(options));

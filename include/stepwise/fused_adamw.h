@@ -17,6 +17,9 @@
 //   CHECK(torch::equal(weight, model->weight.detach().to(torch::kBFloat16)));
 //   torch::serialize::OutputArchive archive;
 //   optimizer.save(archive);  // its state, as torch::optim::AdamW saves its own
+//   // DeepSpeed's FusedAdam flags: Adam's L2 weight decay, and no bias correction.
+//   stepwise::FusedAdamW adam(model->parameters(), torch::optim::AdamWOptions(1e-3),
+//                             stepwise::FusedAdamWMode().decoupled(false).bias_correction(false));
 //
 // It is what the engine builds for "Adam"/"AdamW" when the model is on CUDA (or when
 // optimizer.params.torch_adam is false): same options, same state (AdamWParamState),
@@ -34,17 +37,28 @@
 
 namespace stepwise {
 
+/// How FusedAdamW updates, beyond LibTorch's AdamWOptions: the flags of DeepSpeed's
+/// FusedAdam.
+struct FusedAdamWMode {
+  /// AdamW (true) or Adam with the weight decay added to the gradient (false), as
+  /// DeepSpeed's `adam_w_mode`.
+  TORCH_ARG(bool, decoupled) = true;
+  /// Divide the moments by 1 - beta^step (true), or use them as they are (false), as
+  /// DeepSpeed's `bias_correction`; LibTorch's Adam and AdamW always divide.
+  TORCH_ARG(bool, bias_correction) = true;
+};
+
 /// Adam/AdamW as one fused update per parameter group.
 class FusedAdamW : public torch::optim::Optimizer, public WritesModelCopies, public TakesGradScale {
  public:
-  /// AdamW over `params` (Adam with L2 weight decay when `decoupled` is false). Throws
-  /// std::invalid_argument for amsgrad (not fused: use torch::optim::AdamW) or a
+  /// AdamW over `params` (Adam with L2 weight decay when `mode.decoupled()` is false).
+  /// Throws std::invalid_argument for amsgrad (not fused: use torch::optim::AdamW) or a
   /// non-contiguous parameter.
   explicit FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions options = {},
-                      bool decoupled = true);
+                      FusedAdamWMode mode = {});
   /// The same over parameter groups: a group without options has `defaults`.
   FusedAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
-             torch::optim::AdamWOptions defaults, bool decoupled = true);
+             torch::optim::AdamWOptions defaults, FusedAdamWMode mode = {});
 
   /// One update of every parameter with a gradient; parameters without one are skipped
   /// (their step count does not advance), as in torch::optim::AdamW.
@@ -66,7 +80,7 @@ class FusedAdamW : public torch::optim::Optimizer, public WritesModelCopies, pub
   std::vector<torch::Tensor> all_params() const;  // every group's, in order
   torch::Tensor update(const LossClosure& closure, double grad_scale);
 
-  bool decoupled_;
+  FusedAdamWMode mode_;
   std::vector<torch::Tensor> copies_;  // parallel to all_params(), or empty
 };
 

@@ -8,8 +8,9 @@
 //
 // "Adam" -> AdamW (or Adam with adam_w_mode(false)), "AdamW" -> AdamW, "SGD" ->
 // torch::optim::SGD. Adam/AdamW are stepwise::FusedAdamW (one fused update for all
-// parameters) when the parameters are on CUDA or torch_adam is false, and LibTorch's
-// torch::optim::AdamW/Adam otherwise (CPU default, torch_adam true, or amsgrad).
+// parameters) when the parameters are on CUDA, torch_adam is false or bias_correction is
+// false, and LibTorch's torch::optim::AdamW/Adam otherwise (CPU default, torch_adam true,
+// or amsgrad).
 // see NOTE: [Adam means AdamW], NOTE: [fused by device]
 #pragma once
 
@@ -49,8 +50,13 @@ struct OptimizerOptions {
   /// Adam/AdamW: the AMSGrad variant.
   TORCH_ARG(bool, amsgrad) = false;
   /// Adam/AdamW: true = LibTorch's torch::optim::Adam/AdamW, false = stepwise's
-  /// FusedAdamW (fused_adamw.h); unset = fused when the parameters are on CUDA.
+  /// FusedAdamW (fused_adamw.h); unset = fused when the parameters are on CUDA, or when
+  /// bias_correction is false.
   TORCH_ARG(std::optional<bool>, torch_adam) = std::nullopt;
+  /// Adam/AdamW: divide the moments by 1 - beta^step (true), or use them as they are
+  /// (false: DeepSpeed's FusedAdam with `bias_correction` false, on every device, through
+  /// FusedAdamW; LibTorch's optimizers have no such option).
+  TORCH_ARG(bool, bias_correction) = true;
   /// SGD momentum.
   TORCH_ARG(double, momentum) = 0.0;
   /// SGD dampening.

@@ -148,8 +148,8 @@ AdamScalars make_adam_scalars(const AdamHyper& h) {
   }
   const double beta1 = h.beta1;
   const double beta2 = h.beta2;
-  const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(h.step));
-  const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(h.step));
+  const double bc1 = h.bias_correction ? 1.0 - std::pow(beta1, static_cast<double>(h.step)) : 1.0;
+  const double bc2 = h.bias_correction ? 1.0 - std::pow(beta2, static_cast<double>(h.step)) : 1.0;
   AdamScalars s;
   s.beta1 = h.beta1;
   s.one_minus_beta1 = static_cast<float>(1.0 - beta1);

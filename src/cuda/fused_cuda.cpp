@@ -85,6 +85,7 @@ void adamw_step(const AdamWTensors& tensors, const AdamWStep& step,
   hyper.weight_decay = static_cast<float>(step.weight_decay());
   hyper.decoupled = step.decoupled();
   hyper.step = step.step();
+  hyper.bias_correction = step.bias_correction();
   hyper.grad_scale = static_cast<float>(step.grad_scale());
   kernels::adamw(lists, params.size(), hyper,
                  found_inf.defined() ? found_inf.data_ptr<float>() : nullptr, scope.stream());

@@ -82,6 +82,9 @@ struct AdamHyper {
   bool decoupled = true;
   /// The step number after this update (1 on the first); gives the bias corrections.
   int64_t step = 1;
+  /// Divide the moments by 1 - beta^step (true), or use them as they are (false, as
+  /// DeepSpeed's FusedAdam with bias_correction false).
+  bool bias_correction = true;
   /// Every gradient element is multiplied by this before use (1/S fuses the unscale).
   float grad_scale = 1.0f;
 };

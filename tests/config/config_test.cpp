@@ -36,11 +36,12 @@ TEST(Config, ConfigKeysAreTheParsersOwnReads) {
     }
     return ConfigKey{path, "missing", "missing"};
   };
-  EXPECT_EQ(keys.size(), 74u);
+  EXPECT_EQ(keys.size(), 75u);
   EXPECT_EQ(find("csv_monitor.job_name").default_value, "\"DeepSpeedJobName\"");
   EXPECT_EQ(find("stepwise.check_params_changed").default_value, "true");
   EXPECT_EQ(find("optimizer.params.betas").type, "[number, number]");
   EXPECT_EQ(find("optimizer.params.betas").default_value, "[0.9,0.999]");
+  EXPECT_EQ(find("optimizer.params.bias_correction").default_value, "true");
   EXPECT_EQ(find("scheduler.params.total_num_steps").default_value, "required");
   EXPECT_EQ(find("scheduler.params.warmup_type").default_value, "\"log\"");
   EXPECT_EQ(find("train_batch_size").default_value, "unset");

@@ -96,7 +96,7 @@ void compare_with_libtorch(bool decoupled, Options torch_options) {
   }
   FusedAdamW fused(a,
                    torch::optim::AdamWOptions(0.01).betas({0.8, 0.99}).eps(1e-6).weight_decay(0.1),
-                   decoupled);
+                   FusedAdamWMode().decoupled(decoupled));
   TorchOptimizer reference(b,
                            torch_options.lr(0.01).betas({0.8, 0.99}).eps(1e-6).weight_decay(0.1));
   for (int step = 0; step < 20; ++step) {
@@ -122,6 +122,43 @@ TEST(FusedAdamW, MatchesLibTorchAdamW) {
 
 TEST(FusedAdamW, AdamModeMatchesLibTorchAdam) {
   compare_with_libtorch<torch::optim::Adam>(false, torch::optim::AdamOptions());
+}
+
+// DeepSpeed's FusedAdam with bias_correction false (csrc/adam/multi_tensor_adam.cu: both
+// corrections are 1), written out in double: m and v as they are, in both weight-decay
+// modes. The same steps with the correction on end elsewhere: the flag acts.
+TEST(FusedAdamW, WithoutBiasCorrectionMatchesDeepSpeedsFormula) {
+  for (bool decoupled : {true, false}) {
+    torch::manual_seed(5);
+    auto p = torch::randn({257}).requires_grad_(true);
+    auto q = p.detach().clone().requires_grad_(true);
+    auto ref = p.detach().to(torch::kDouble);
+    auto m = torch::zeros_like(ref), v = torch::zeros_like(ref);
+    const double lr = 0.01, b1 = 0.8, b2 = 0.99, eps = 1e-6, wd = 0.1;
+    const auto options = torch::optim::AdamWOptions(lr).betas({b1, b2}).eps(eps).weight_decay(wd);
+    FusedAdamW uncorrected({p}, options,
+                           FusedAdamWMode().decoupled(decoupled).bias_correction(false));
+    FusedAdamW corrected({q}, options, FusedAdamWMode().decoupled(decoupled));
+    for (int step = 0; step < 10; ++step) {
+      const auto g = torch::randn({257});
+      p.mutable_grad() = g.clone();
+      q.mutable_grad() = g.clone();
+      uncorrected.step();
+      corrected.step();
+      auto gd = g.to(torch::kDouble);
+      if (!decoupled) gd = gd + wd * ref;  // ADAM_MODE_0: L2, added to the gradient
+      m = b1 * m + (1 - b1) * gd;
+      v = b2 * v + (1 - b2) * gd * gd;
+      auto update = m / (v.sqrt() + eps);
+      if (decoupled) update = update + wd * ref;  // ADAM_MODE_1: decay in the update
+      ref = ref - lr * update;
+    }
+    const auto got = p.detach().to(torch::kDouble);
+    EXPECT_TRUE(torch::allclose(got, ref, 1e-5, 1e-6))
+        << "decoupled " << decoupled << ": largest difference "
+        << (got - ref).abs().max().item<double>();
+    EXPECT_GT((p - q).abs().max().item<double>(), 1e-2) << "decoupled " << decoupled;
+  }
 }
 
 TEST(Fused, AdamWStepSkipsWhenFoundInfIsSetAndWritesModelCopies) {
@@ -248,6 +285,22 @@ TEST(Fused, ConfigPicksTheFusedOptimizerAndRefusesFusedAmsgrad) {
   EXPECT_NE(error_of([&] {
               Config::from_string(base + R"(, "amsgrad": true, "torch_adam": false}}})");
             }).find("the fused Adam has no AMSGrad; set \"torch_adam\": true"),
+            std::string::npos);
+  // bias_correction false: FusedAdamW on CPU too (LibTorch's optimizers always correct).
+  auto model3 = torch::nn::Linear(2, 1);
+  auto uncorrected =
+      initialize(model3, Config::from_string(base + R"(, "bias_correction": false}}})"));
+  EXPECT_NE(dynamic_cast<FusedAdamW*>(&uncorrected.optimizer()), nullptr);
+  EXPECT_NE(
+      error_of([&] {
+        Config::from_string(base + R"(, "bias_correction": false, "torch_adam": true}}})");
+      })
+          .find("optimizer.params.bias_correction is false but torch_adam is true: LibTorch's "
+                "Adam and AdamW always correct the bias"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              Config::from_string(base + R"(, "bias_correction": false, "amsgrad": true}}})");
+            }).find("optimizer.params.bias_correction is false with amsgrad"),
             std::string::npos);
 }
 
@@ -400,7 +453,7 @@ TEST_F(FusedCuda, NormAndUnscaleMatchTheCpuBackend) {
 
 TEST_F(FusedCuda, AdamWMatchesTheCpuBackendForEveryGradientTypeOverSeveralSteps) {
   for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
-    for (bool decoupled : {true, false}) {
+    for (auto [decoupled, corrected] : {std::pair{true, true}, {false, true}, {true, false}}) {
       auto params = random_list(torch::kFloat, torch::kCPU, 10);
       F::AdamWTensors cpu{params, {}, {}, {}, {}};
       for (const auto& p : params) {
@@ -416,15 +469,20 @@ TEST_F(FusedCuda, AdamWMatchesTheCpuBackendForEveryGradientTypeOverSeveralSteps)
       for (int64_t step = 1; step <= 5; ++step) {
         cpu.grads = random_list(dtype, torch::kCPU, 10 + step);  // new gradients each step
         gpu.grads = to_cuda(cpu.grads);
-        const auto hyper =
-            F::AdamWStep().lr(1e-2).weight_decay(0.05).decoupled(decoupled).step(step).grad_scale(
-                0.125);
+        const auto hyper = F::AdamWStep()
+                               .lr(1e-2)
+                               .weight_decay(0.05)
+                               .decoupled(decoupled)
+                               .step(step)
+                               .grad_scale(0.125)
+                               .bias_correction(corrected);
         const auto p_old = clones(cpu.params);
         const auto m_old = clones(cpu.exp_avg);
         F::adamw_step(cpu, hyper);
         F::adamw_step(gpu, hyper, torch::zeros({}, torch::kCUDA));
         for (size_t i = 0; i < params.size(); ++i) {
-          const auto at = c10::str(dtype, " decoupled ", decoupled, " step ", step, " tensor ", i);
+          const auto at = c10::str(dtype, " decoupled ", decoupled, " bias_correction ", corrected,
+                                   " step ", step, " tensor ", i);
           // Same fp32 formula in another order (the kernel contracts to FMAs), so each
           // weight agrees to a few ulps of the terms it is made of, not of the result:
           // m = beta1 m + (1 - beta1) g can cancel, and the update divides m by denom, which
@@ -432,7 +490,8 @@ TEST_F(FusedCuda, AdamWMatchesTheCpuBackendForEveryGradientTypeOverSeveralSteps)
           // (1 - beta1) |g|) / denom; within 1e-5 of them (about 80 ulps), plus 1e-6.
           auto g = cpu.grads[i].to(torch::kFloat) * 0.125;
           if (!decoupled) g = g + 0.05 * p_old[i];
-          const double bc1 = 1.0 - std::pow(0.9, step), bc2 = 1.0 - std::pow(0.999, step);
+          const double bc1 = corrected ? 1.0 - std::pow(0.9, step) : 1.0;
+          const double bc2 = corrected ? 1.0 - std::pow(0.999, step) : 1.0;
           const auto denom = cpu.exp_avg_sq[i].sqrt() / std::sqrt(bc2) + 1e-8;
           const auto terms =
               p_old[i].abs() + (1e-2 / bc1) * (0.9 * m_old[i].abs() + 0.1 * g.abs()) / denom;
