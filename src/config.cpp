@@ -255,6 +255,7 @@ Config Config::from_json(const nlohmann::json& given, const AutoValues& auto_val
       parse_zero(*o, out);
     }
   });
+  r.get("zero_force_ds_cpu_optimizer", out.zero.force_ds_cpu_optimizer());
   problems.guard([&] {
     if (auto o = r.object("stepwise")) parse_stepwise(*o, out);
     check_reducer_keys_agree(json);

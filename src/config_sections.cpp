@@ -49,19 +49,29 @@ LossScalerOptions parse_fp16(ObjectReader r, bool& enabled, std::vector<std::str
 
 namespace {
 
-// The offload keys on (a device other than "none", or the older booleans true): ZeRO-Offload
-// moves the optimizer step or the parameters to the CPU or NVMe, which stepwise does not do.
-std::string offload_turned_on(const nlohmann::json& zero) {
-  for (const char* key : {"offload_optimizer", "offload_param"}) {
-    if (!zero.contains(key) || zero.at(key).is_null()) continue;
-    const auto& o = zero.at(key);
-    const bool off = o.is_object() && (!o.contains("device") || o.at("device") == "none");
-    if (!off) return key;
-  }
-  for (const char* key : {"cpu_offload", "cpu_offload_param"}) {
-    if (zero.contains(key) && zero.at(key) == true) return key;
-  }
-  return "";
+// NOTE: [ZeRO-Offload] At stages 1 and 2 DeepSpeed reads offload_optimizer (or the older
+// cpu_offload: true): the optimizer state and fp32 masters in host memory, stepped there by
+// its CPU Adam (the same update); offload_param is ZeRO-3's. stepwise keeps them where the
+// parameters are, so on CPU parameters offload to the CPU changes nothing (initialize
+// notes it), and on CUDA parameters it is refused by name; NVMe offload is refused here.
+// Returns whether the optimizer is offloaded to the CPU.
+bool optimizer_offloaded(const nlohmann::json& zero) {
+  if (zero.contains("cpu_offload") && zero.at("cpu_offload") == true) return true;
+  if (!zero.contains("offload_optimizer") || zero.at("offload_optimizer").is_null()) return false;
+  const auto& o = zero.at("offload_optimizer");
+  STEPWISE_CHECK(o.is_object(), ConfigError,
+                 "zero_optimization.offload_optimizer must be an object such as "
+                 "{\"device\": \"cpu\"}, got ",
+                 o.dump());
+  const auto device = o.value("device", nlohmann::json("none"));
+  STEPWISE_CHECK(device == "none" || device == "cpu" || device == "nvme", ConfigError,
+                 "zero_optimization.offload_optimizer.device is ", device.dump(),
+                 "; DeepSpeed's devices are \"none\", \"cpu\" and \"nvme\"");
+  STEPWISE_CHECK(device != "nvme", ConfigError,
+                 "zero_optimization.offload_optimizer.device \"nvme\" turns on ZeRO-Infinity's "
+                 "NVMe offload, which stepwise does not implement: use \"cpu\" (with the model "
+                 "on the CPU, where the state already is) or \"none\"");
+  return device == "cpu";
 }
 
 }  // namespace
@@ -93,9 +103,14 @@ void parse_zero(ObjectReader r, Config& out) {
   const bool has_reduce = read_bucket("reduce_bucket_size", reduce_bucket_size);
   const bool has_overlap = r.get("overlap_comm", overlap_comm);
   read_bucket("allgather_bucket_size", zero.allgather_bucket_size());
+  const bool offloaded = stage >= 1 && optimizer_offloaded(r.json());
   std::vector<std::string> unused;
   for (const auto& key : deepspeed_zero_keys()) {
     if (!r.json().contains(key)) continue;
+    if (offloaded && (key == "offload_optimizer" || key == "cpu_offload")) {
+      r.claim(key);  // read by optimizer_offloaded()
+      continue;
+    }
     const bool honoured =
         key == "reduce_bucket_size" || key == "overlap_comm" || key == "allgather_bucket_size";
     if (key == "stage" || (honoured && stage >= 1)) continue;
@@ -109,16 +124,12 @@ void parse_zero(ObjectReader r, Config& out) {
                  "zero_optimization.stage 3 partitions the parameters themselves, which stepwise "
                  "does not implement; use stage 2 (the optimizer state, the fp32 masters and "
                  "the gradients sharded) or 1");
-  const std::string offload = stage == 0 ? "" : offload_turned_on(r.json());
-  STEPWISE_CHECK(offload.empty(), ConfigError, "zero_optimization.", offload,
-                 " turns on ZeRO-Offload (the optimizer step or the parameters on the CPU or "
-                 "NVMe), which stepwise does not implement: remove it or set its \"device\" to "
-                 "\"none\"");
   STEPWISE_CHECK(zero.allgather_bucket_size() > 0, ConfigError,
                  "zero_optimization.allgather_bucket_size is ", zero.allgather_bucket_size(),
                  "; it counts elements per broadcast: use a positive number (DeepSpeed's "
                  "default is 500000000)");
   zero.stage(stage);
+  zero.offload_optimizer(offloaded);
   out.zero = zero;
   if (stage >= 1) {
     if (has_reduce) {

@@ -57,8 +57,6 @@ const std::vector<DeepSpeedFeature>& deepspeed_features(const std::string& secti
             "stepwise's ZeRO stages 1 and 2 shard whole tensors, so every optimizer runs sharded "
             "as it "
             "runs unsharded"},
-           {"zero_force_ds_cpu_optimizer", "true", WhenOn::kNote,
-            "DeepSpeed reads it only with ZeRO-Offload, which stepwise does not have"},
            {"disable_allgather", "false", WhenOn::kNote,
             "stepwise's ZeRO stages 1 and 2 always send the updated parameters by broadcast from "
             "each "

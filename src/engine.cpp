@@ -87,6 +87,25 @@ torch::Device params_device(const torch::nn::Module* model) {
   return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
 }
 
+// ZeRO-Offload of the optimizer to the CPU (NOTE: [ZeRO-Offload] in config_sections.cpp):
+// with the parameters on the CPU, a note; on CUDA, or with an optimizer DeepSpeed would
+// refuse there, a ConfigError.
+void check_offload(Config& config, const torch::Device& device, bool client_optimizer) {
+  if (!config.zero.offload_optimizer()) return;
+  STEPWISE_CHECK(!device.is_cuda(), ConfigError,
+                 "zero_optimization.offload_optimizer moves the optimizer state and fp32 masters "
+                 "of CUDA parameters to host memory (ZeRO-Offload), which stepwise does not "
+                 "implement: remove it or set its \"device\" to \"none\" (they stay on the GPU)");
+  STEPWISE_CHECK(!client_optimizer || !config.zero.force_ds_cpu_optimizer(), ConfigError,
+                 "zero_optimization.offload_optimizer with an optimizer passed to initialize: "
+                 "DeepSpeed refuses that (it steps offloaded state with its own CPU Adam) unless "
+                 "\"zero_force_ds_cpu_optimizer\": false; set that, or name the optimizer in the "
+                 "config's \"optimizer\" section");
+  config.notes.push_back(
+      "zero_optimization.offload_optimizer \"cpu\": the parameters are on the CPU, so their "
+      "optimizer state and fp32 masters are in host memory already; nothing moves");
+}
+
 }  // namespace
 
 Engine::State::State(std::shared_ptr<torch::nn::Module> model, Config config,
@@ -110,6 +129,7 @@ Engine::State::State(std::shared_ptr<torch::nn::Module> model, Config config,
   //    at stage 2 the reducer becomes one that sums the gradients into their owners), and
   //    the optimizer is built over the masters, and attached to the precision.
   // tests/distributed (RankZerosWeightsReachEveryRankBeforeTheFp16Cast) checks 1-2.
+  check_offload(config_, params_device(model_.get()), client_optimizer != nullptr);
   reducer_ = make_reducer(non_null(model_), config_, accumulator_.sizes());
   precision_ = Precision::make(config_.precision, *model_);
   // ZeRO stages 1 and 2: this rank keeps (and its optimizer steps) its share's masters only.
@@ -182,6 +202,8 @@ Engine initialize(std::shared_ptr<torch::nn::Module> model, Config config,
   // client's: under fp16/bf16 each parameter becomes its fp32 master, in its group.
   auto optimizer = make_optimizer(*config.optimizer, param_groups);
   config.optimizer.reset();
+  // It is the config's optimizer, over the groups, not a client's (NOTE: [ZeRO-Offload]).
+  config.zero.force_ds_cpu_optimizer(false);
   return Engine(std::move(model), std::move(config), std::move(optimizer), std::move(lr_scheduler));
 }
 

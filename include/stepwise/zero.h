@@ -37,6 +37,15 @@ struct ZeroOptions {
   /// Elements per broadcast when the updated parameters go from their owners to every
   /// rank (> 0; DeepSpeed's allgather_bucket_size, 500,000,000 by default).
   TORCH_ARG(int64_t, allgather_bucket_size) = 500000000;
+  /// ZeRO-Offload of the optimizer to the CPU at stage 1 or 2 (DeepSpeed's
+  /// `offload_optimizer` with `"device": "cpu"`, or the older `cpu_offload`): the optimizer
+  /// state and fp32 masters in host memory. With the parameters on the CPU they are there
+  /// already, and initialize accepts it with a note; with CUDA parameters it refuses it.
+  TORCH_ARG(bool, offload_optimizer) = false;
+  /// DeepSpeed's `zero_force_ds_cpu_optimizer`: with offload_optimizer, an optimizer passed
+  /// to initialize is refused (true, DeepSpeed's default: it takes only its CPU Adam there)
+  /// or taken (false).
+  TORCH_ARG(bool, force_ds_cpu_optimizer) = true;
 };
 
 }  // namespace stepwise::distributed

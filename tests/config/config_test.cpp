@@ -36,7 +36,7 @@ TEST(Config, ConfigKeysAreTheParsersOwnReads) {
     }
     return ConfigKey{path, "missing", "missing"};
   };
-  EXPECT_EQ(keys.size(), 75u);
+  EXPECT_EQ(keys.size(), 76u);
   EXPECT_EQ(find("csv_monitor.job_name").default_value, "\"DeepSpeedJobName\"");
   EXPECT_EQ(find("stepwise.check_params_changed").default_value, "true");
   EXPECT_EQ(find("optimizer.params.betas").type, "[number, number]");

@@ -48,6 +48,10 @@ std::string corpus_label(const std::string& problem) {
     return "client optimizer in fp16/bf16";
   }
   if (problem.find("train_batch_size nor") != std::string::npos) return "no batch size";
+  // DeepSpeed refuses it too (zero_force_ds_cpu_optimizer): NOTE: [ZeRO-Offload].
+  if (problem.find("with an optimizer passed to initialize") != std::string::npos) {
+    return "client optimizer with offload";
+  }
   const std::string path = problem.substr(0, problem.find(' '));
   if (problem.find(" is \"auto\"") != std::string::npos) return "auto " + path;
   return path;

@@ -224,11 +224,29 @@ TEST(DeepSpeedFeatures, ZeroStageOneHonoursItsBucketsAndNamesTheRest) {
               "zero_optimization": {"stage": 1, "reduce_bucket_size": 1000}})"),
             "zero_optimization.reduce_bucket_size is 1000 and stepwise.reduce_bucket_size is "
             "10; both set the gradient reducer's bucket size at ZeRO stage 1: keep one");
+  // NOTE: [ZeRO-Offload]: to the CPU is read (initialize decides by the parameters'
+  // device), to NVMe refused; offload_param is ZeRO-3's, noted at stages 1 and 2.
+  const auto offloaded = Config::from_string(R"({"train_batch_size": 8, "zero_optimization": {
+    "stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+    "offload_param": {"device": "cpu"}}})");
+  EXPECT_TRUE(offloaded.zero.offload_optimizer());
+  EXPECT_TRUE(offloaded.zero.force_ds_cpu_optimizer());
+  ASSERT_EQ(offloaded.notes.size(), 1u);
+  EXPECT_EQ(offloaded.notes[0],
+            "zero_optimization keys with no effect at stage 2 here (see docs/zero.md): "
+            "offload_param");
+  EXPECT_TRUE(Config::from_string(R"({"train_batch_size": 8, "zero_force_ds_cpu_optimizer": false,
+    "zero_optimization": {"stage": 1, "cpu_offload": true}})")
+                  .zero.offload_optimizer());
   EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
-              "offload_optimizer": {"device": "cpu", "pin_memory": true}}})"),
-            "zero_optimization.offload_optimizer turns on ZeRO-Offload (the optimizer step or "
-            "the parameters on the CPU or NVMe), which stepwise does not implement: remove it "
-            "or set its \"device\" to \"none\"");
+              "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"}}})"),
+            "zero_optimization.offload_optimizer.device \"nvme\" turns on ZeRO-Infinity's NVMe "
+            "offload, which stepwise does not implement: use \"cpu\" (with the model on the "
+            "CPU, where the state already is) or \"none\"");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
+              "offload_optimizer": {"device": "disk"}}})"),
+            "zero_optimization.offload_optimizer.device is \"disk\"; DeepSpeed's devices are "
+            "\"none\", \"cpu\" and \"nvme\"");
   EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})"),
             "zero_optimization.stage 3 partitions the parameters themselves, which stepwise "
             "does not implement; use stage 2 (the optimizer state, the fp32 masters and the "

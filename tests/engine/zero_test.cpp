@@ -80,5 +80,52 @@ TEST(ZeroShards, AStageBuiltInCppIsCheckedToo) {
   }
 }
 
+// NOTE: [ZeRO-Offload]: with the parameters on the CPU, offload to the CPU changes nothing
+// (the same weights bit for bit, and one note); an optimizer passed to initialize is refused
+// as DeepSpeed refuses it, unless zero_force_ds_cpu_optimizer is false.
+TEST(ZeroShards, OffloadToTheCpuOfCpuParametersChangesNothing) {
+  const auto json = [](bool offload) {
+    nlohmann::json j = {{"train_micro_batch_size_per_gpu", 2},
+                        {"gradient_accumulation_steps", 2},
+                        {"zero_optimization", {{"stage", 2}}},
+                        {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}}}};
+    if (offload) j["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+    return j;
+  };
+  const auto run = [](const Config& config) {
+    torch::manual_seed(3);
+    auto model = std::make_shared<torch::nn::Linear>(4, 3);
+    auto engine = initialize(*model, config);
+    for (int t = 0; t < 6; ++t) {
+      engine.backward((*model)->forward(torch::randn({2, 4})).pow(2).mean());
+      engine.step();
+    }
+    return (*model)->weight.detach().clone();
+  };
+  const auto offloaded = Config::from_json(json(true));
+  EXPECT_TRUE(torch::equal(run(Config::from_json(json(false))), run(offloaded)));
+  ::testing::internal::CaptureStderr();
+  run(offloaded);
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find(
+                "stepwise: note: zero_optimization.offload_optimizer \"cpu\": the parameters are "
+                "on the CPU, so their optimizer state and fp32 masters are in host memory "
+                "already; nothing moves"),
+            std::string::npos);
+  auto model = std::make_shared<torch::nn::Linear>(4, 3);
+  auto client = [&] { return std::make_unique<torch::optim::SGD>((*model)->parameters(), 0.1); };
+  auto without = json(true);
+  without.erase("optimizer");
+  try {
+    initialize(*model, Config::from_json(without), client());
+    FAIL() << "a client optimizer was taken with offload_optimizer";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("unless \"zero_force_ds_cpu_optimizer\": false"),
+              std::string::npos)
+        << e.what();
+  }
+  without["zero_force_ds_cpu_optimizer"] = false;
+  EXPECT_NO_THROW(initialize(*model, Config::from_json(without), client()));
+}
+
 }  // namespace
 }  // namespace stepwise
