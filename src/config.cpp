@@ -42,6 +42,7 @@ OptimizerOptions parse_optimizer(ObjectReader r, std::vector<std::string>& notes
   for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "adam") out.type("Adam");
   if (lower == "adamw") out.type("AdamW");
+  if (lower == "lamb") out.type("Lamb");
   auto p = r.object_or_empty("params");
   p.get("lr", out.lr());
   p.get("weight_decay", out.weight_decay());
@@ -49,13 +50,19 @@ OptimizerOptions parse_optimizer(ObjectReader r, std::vector<std::string>& notes
     p.get("momentum", out.momentum());
     p.get("dampening", out.dampening());
     p.get("nesterov", out.nesterov());
-  } else {  // Adam, AdamW (an unknown type is named by validate() below)
+  } else {  // Adam, AdamW, Lamb (an unknown type is named by validate() below)
     p.get("betas", out.betas());
     p.get("eps", out.eps());
-    p.get("adam_w_mode", out.adam_w_mode());
     p.get("amsgrad", out.amsgrad());
-    p.get("torch_adam", out.torch_adam());
     p.get("bias_correction", out.bias_correction());
+    if (out.type() == "Lamb") {  // the rest of DeepSpeed's FusedLamb's keyword arguments
+      p.get("eps_inside_sqrt", out.eps_inside_sqrt());
+      p.get("max_coeff", out.max_coeff());
+      p.get("min_coeff", out.min_coeff());
+    } else {
+      p.get("adam_w_mode", out.adam_w_mode());
+      p.get("torch_adam", out.torch_adam());
+    }
   }
   detail::read_features(p, "optimizer.params", notes);
   r.finish();

@@ -2,6 +2,7 @@
 #include <stepwise/lr_schedules.h>
 
 #include "check.h"
+#include "lamb.h"
 #include "lr_schedules_detail.h"
 #include "option_checks.h"
 
@@ -148,10 +149,11 @@ double one_cycle_momentum(const OneCycleOptions& o, int64_t lbi) {
   return o.cycle_max_mom() * (1.0 + o.decay_mom_rate() * decay_interval(o, lbi));
 }
 
-// Adam and AdamW carry betas; other optimizers have no momentum OneCycle can cycle.
+// Adam, AdamW and Lamb carry betas; other optimizers have no momentum OneCycle can cycle.
 std::tuple<double, double>* betas_of(torch::optim::OptimizerOptions& options) {
   if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&options)) return &adam->betas();
   if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&options)) return &adamw->betas();
+  if (auto* lamb = dynamic_cast<detail::LambOptions*>(&options)) return &lamb->betas();
   return nullptr;
 }
 
@@ -161,7 +163,7 @@ bool should_cycle_momentum(const ScheduleOptions& options, torch::optim::Optimiz
   for (auto& group : optimizer.param_groups()) {
     if (betas_of(group.options()) == nullptr) {
       TORCH_WARN("OneCycle: cycle_momentum is disabled because the optimizer has no betas ",
-                 "(only Adam and AdamW do); its momentum stays as configured");
+                 "(only Adam, AdamW and Lamb do); its momentum stays as configured");
       return false;
     }
   }

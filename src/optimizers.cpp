@@ -7,6 +7,7 @@
 #include <torch/optim/sgd.h>
 
 #include "check.h"
+#include "lamb.h"
 #include "optimizers_detail.h"
 #include "option_checks.h"
 
@@ -17,7 +18,7 @@
 namespace stepwise {
 
 const std::vector<std::string>& supported_optimizer_types() {
-  static const std::vector<std::string> types = {"Adam", "AdamW", "SGD"};
+  static const std::vector<std::string> types = {"Adam", "AdamW", "Lamb", "SGD"};
   return types;
 }
 
@@ -26,7 +27,8 @@ void validate(const OptimizerOptions& options) {
   STEPWISE_CHECK_OPTION(std::find(types.begin(), types.end(), options.type()) != types.end(),
                         "type", "\"", options.type(),
                         "\" is not supported; use one of: ", detail::join(types),
-                        " (Adam and AdamW in any case, as DeepSpeed reads them; SGD as written)");
+                        " (Adam, AdamW and Lamb in any case, as DeepSpeed reads them; SGD as "
+                        "written)");
   using detail::check_in_range;
   check_in_range("lr", options.lr(), 0.0, detail::kFloatMax);
   check_in_range("weight_decay", options.weight_decay(), 0.0, detail::kFloatMax);
@@ -54,6 +56,11 @@ void validate(const OptimizerOptions& options) {
                         "is false but torch_adam is true: LibTorch's Adam and AdamW always "
                         "correct the bias (DeepSpeed's torch.optim.Adam refuses the key); drop "
                         "\"torch_adam\" or bias_correction");
+  STEPWISE_CHECK_OPTION(!(options.type() == "Lamb" && options.amsgrad()), "amsgrad",
+                        "is true: DeepSpeed's FusedLamb does not support the AMSGrad variant; "
+                        "drop amsgrad");
+  check_in_range("max_coeff", options.max_coeff(), -detail::kFloatMax, detail::kFloatMax);
+  check_in_range("min_coeff", options.min_coeff(), -detail::kFloatMax, detail::kFloatMax);
   STEPWISE_CHECK_OPTION(options.bias_correction() || !options.amsgrad(), "bias_correction",
                         "is false with amsgrad: the fused Adam, the only one without bias "
                         "correction, has no AMSGrad; drop amsgrad or bias_correction");
@@ -64,9 +71,10 @@ namespace {
 // Which optimizer a section builds. NOTE: [fused by device] "Adam"/"AdamW" use FusedAdamW
 // when asked (torch_adam false) or, unset, when the parameters are on CUDA (one kernel for
 // all parameters, as DeepSpeed's FusedAdam); on CPU LibTorch's optimizers stay the default.
-enum class Kind { kFused, kAdamW, kAdam, kSGD };
+enum class Kind { kFused, kAdamW, kAdam, kLamb, kSGD };
 
 Kind kind_of(const OptimizerOptions& options, bool on_cuda) {
+  if (options.type() == "Lamb") return Kind::kLamb;
   const bool adam = options.type() == "Adam" || options.type() == "AdamW";
   if (adam && !options.amsgrad() &&
       !options.torch_adam().value_or(!on_cuda && options.bias_correction())) {
@@ -92,6 +100,17 @@ AdamOrAdamW adam_options(const OptimizerOptions& o) {
       .amsgrad(o.amsgrad());
 }
 
+detail::LambOptions lamb_options(const OptimizerOptions& o) {
+  return detail::LambOptions(o.lr())
+      .betas(std::make_tuple(o.betas()[0], o.betas()[1]))
+      .eps(o.eps())
+      .weight_decay(o.weight_decay())
+      .bias_correction(o.bias_correction())
+      .eps_inside_sqrt(o.eps_inside_sqrt())
+      .max_coeff(o.max_coeff())
+      .min_coeff(o.min_coeff());
+}
+
 torch::optim::SGDOptions sgd_options(const OptimizerOptions& o) {
   return torch::optim::SGDOptions(o.lr())
       .momentum(o.momentum())
@@ -110,6 +129,8 @@ std::unique_ptr<torch::optim::OptimizerOptions> torch_options(Kind kind,
     case Kind::kAdam:
       return std::make_unique<torch::optim::AdamOptions>(
           adam_options<torch::optim::AdamOptions>(o));
+    case Kind::kLamb:
+      return std::make_unique<detail::LambOptions>(lamb_options(o));
     case Kind::kSGD:
       return std::make_unique<torch::optim::SGDOptions>(sgd_options(o));
   }
@@ -168,6 +189,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& 
     case Kind::kAdam:
       return std::make_unique<torch::optim::Adam>(std::move(torch_groups),
                                                   adam_options<torch::optim::AdamOptions>(options));
+    case Kind::kLamb:
+      return std::make_unique<detail::Lamb>(std::move(torch_groups), lamb_options(options));
     case Kind::kSGD:
       return std::make_unique<torch::optim::SGD>(std::move(torch_groups), sgd_options(options));
   }

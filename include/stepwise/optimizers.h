@@ -7,11 +7,11 @@
 //       model->parameters());
 //
 // "Adam" -> AdamW (or Adam with adam_w_mode(false)), "AdamW" -> AdamW, "SGD" ->
-// torch::optim::SGD. Adam/AdamW are stepwise::FusedAdamW (one fused update for all
-// parameters) when the parameters are on CUDA, torch_adam is false or bias_correction is
-// false, and LibTorch's torch::optim::AdamW/Adam otherwise (CPU default, torch_adam true,
-// or amsgrad).
-// see NOTE: [Adam means AdamW], NOTE: [fused by device]
+// torch::optim::SGD, "Lamb" -> Lamb as DeepSpeed's FusedLamb computes it (on any device).
+// Adam/AdamW are stepwise::FusedAdamW (one fused update for all parameters) when the parameters are
+// on CUDA, torch_adam is false or bias_correction is false, and LibTorch's torch::optim::AdamW/Adam
+// otherwise (CPU default, torch_adam true, or amsgrad). see NOTE: [Adam means AdamW], NOTE: [fused
+// by device]
 #pragma once
 
 #include <torch/arg.h>
@@ -33,7 +33,7 @@ namespace stepwise {
 struct OptimizerOptions {
   /// Adam/AdamW (beta1, beta2).
   using Betas = std::array<double, 2>;
-  /// An optimizer of `type`: "Adam", "AdamW" or "SGD".
+  /// An optimizer of `type`: "Adam", "AdamW", "Lamb" or "SGD".
   explicit OptimizerOptions(std::string type = "AdamW") : type_(std::move(type)) {}
   /// The type name as in DeepSpeed's config.
   TORCH_ARG(std::string, type);
@@ -57,6 +57,12 @@ struct OptimizerOptions {
   /// (false: DeepSpeed's FusedAdam with `bias_correction` false, on every device, through
   /// FusedAdamW; LibTorch's optimizers have no such option).
   TORCH_ARG(bool, bias_correction) = true;
+  /// Lamb: sqrt(v + eps) (true) or sqrt(v) + eps (false), as DeepSpeed's FusedLamb.
+  TORCH_ARG(bool, eps_inside_sqrt) = false;
+  /// Lamb: the trust ratio ||w|| / ||update|| is capped at max_coeff...
+  TORCH_ARG(double, max_coeff) = 10.0;
+  /// ...then floored at min_coeff, as DeepSpeed's FusedLamb.
+  TORCH_ARG(double, min_coeff) = 0.01;
   /// SGD momentum.
   TORCH_ARG(double, momentum) = 0.0;
   /// SGD dampening.

@@ -36,7 +36,7 @@ TEST(Config, ConfigKeysAreTheParsersOwnReads) {
     }
     return ConfigKey{path, "missing", "missing"};
   };
-  EXPECT_EQ(keys.size(), 76u);
+  EXPECT_EQ(keys.size(), 79u);
   EXPECT_EQ(find("csv_monitor.job_name").default_value, "\"DeepSpeedJobName\"");
   EXPECT_EQ(find("stepwise.check_params_changed").default_value, "true");
   EXPECT_EQ(find("optimizer.params.betas").type, "[number, number]");
@@ -167,8 +167,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "train_batch_size, train_micro_batch_size_per_gpu, "
                   "gradient_accumulation_steps, gradient_clipping, steps_per_print, "
                   "wall_clock_breakdown, prescale_gradients, gradient_predivide_factor, "
-                  "optimizer, scheduler, fp16, bf16, zero_optimization, stepwise, checkpoint, "
-                  "csv_monitor"},
+                  "optimizer, scheduler, fp16, bf16, zero_optimization, "
+                  "zero_force_ds_cpu_optimizer, stepwise, checkpoint, csv_monitor"},
         ErrorCase{"UnsupportedDeepSpeedFeature",
                   R"({"train_batch_size": 8, "pipeline": {"stages": 2}})",
                   "\"pipeline\" (value {\"stages\":2}) is a DeepSpeed feature stepwise does "
@@ -194,15 +194,16 @@ INSTANTIATE_TEST_SUITE_P(
                   "{\"device\":\"cpu\"}); valid keys here are: stage, reduce_bucket_size, "
                   "overlap_comm, allgather_bucket_size"},
         ErrorCase{"OptimizerTypeMissing", R"({"train_batch_size": 8, "optimizer": {}})",
-                  "optimizer.type is missing; use one of: Adam, AdamW, SGD"},
+                  "optimizer.type is missing; use one of: Adam, AdamW, Lamb, SGD"},
         ErrorCase{"OptimizerTypeUnknown",
-                  R"({"train_batch_size": 8, "optimizer": {"type": "Lamb"}})",
-                  "optimizer.type \"Lamb\" is not supported; use one of: Adam, AdamW, SGD "
-                  "(Adam and AdamW in any case, as DeepSpeed reads them; SGD as written)"},
+                  R"({"train_batch_size": 8, "optimizer": {"type": "OneBitAdam"}})",
+                  "optimizer.type \"OneBitAdam\" is not supported; use one of: Adam, AdamW, Lamb, "
+                  "SGD (Adam, AdamW and Lamb in any case, as DeepSpeed reads them; SGD as "
+                  "written)"},
         ErrorCase{"OptimizerSgdInLowerCase",
                   R"({"train_batch_size": 8, "optimizer": {"type": "sgd"}})",
-                  "optimizer.type \"sgd\" is not supported; use one of: Adam, AdamW, SGD "
-                  "(Adam and AdamW in any case, as DeepSpeed reads them; SGD as written)"},
+                  "optimizer.type \"sgd\" is not supported; use one of: Adam, AdamW, Lamb, SGD "
+                  "(Adam, AdamW and Lamb in any case, as DeepSpeed reads them; SGD as written)"},
         ErrorCase{"OptimizerParamUnknown",
                   R"({"train_batch_size": 8, "optimizer": {"type": "SGD",
                       "params": {"lr": 0.1, "betas": [0.9, 0.99]}}})",
