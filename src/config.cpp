@@ -264,6 +264,21 @@ Config Config::from_json(const nlohmann::json& given, const AutoValues& auto_val
   });
   r.get("zero_force_ds_cpu_optimizer", out.zero.force_ds_cpu_optimizer());
   problems.guard([&] {
+    if (!out.optimizer) return;
+    // DeepSpeed steps FusedLamb on each rank's flat partition at stages 1 and 2 (one trust
+    // ratio per partition, and only with zero_allow_untested_optimizer); stepwise's ratio is
+    // per tensor, as at stage 0.
+    STEPWISE_CHECK(!(out.optimizer->type() == "Lamb" && out.zero.stage() >= 1), ConfigError,
+                   "optimizer.type \"Lamb\" at zero_optimization.stage ", out.zero.stage(),
+                   ": DeepSpeed then computes one trust ratio per rank's flat partition, which "
+                   "stepwise (whole tensors, one ratio each) does not reproduce; use stage 0");
+    // see NOTE: [ZeRO-Offload]: DeepSpeed's CPU Adam takes amsgrad and ignores it.
+    STEPWISE_CHECK(!(out.optimizer->amsgrad() && out.zero.offload_optimizer()), ConfigError,
+                   "optimizer.params.amsgrad with zero_optimization.offload_optimizer: "
+                   "DeepSpeed's CPU Adam ignores amsgrad there (plain Adam), which stepwise does "
+                   "not imitate; drop amsgrad or the offload");
+  });
+  problems.guard([&] {
     if (auto o = r.object("stepwise")) parse_stepwise(*o, out);
     check_reducer_keys_agree(json);
   });

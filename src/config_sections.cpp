@@ -8,6 +8,7 @@
 
 #include <c10/util/StringUtil.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
@@ -49,20 +50,35 @@ LossScalerOptions parse_fp16(ObjectReader r, bool& enabled, std::vector<std::str
 
 namespace {
 
-// NOTE: [ZeRO-Offload] At stages 1 and 2 DeepSpeed reads offload_optimizer (or the older
-// cpu_offload: true): the optimizer state and fp32 masters in host memory, stepped there by
-// its CPU Adam (the same update); offload_param is ZeRO-3's. stepwise keeps them where the
-// parameters are, so on CPU parameters offload to the CPU changes nothing (initialize
-// notes it), and on CUDA parameters it is refused by name; NVMe offload is refused here.
+// NOTE: [ZeRO-Offload] DeepSpeed reads offload_optimizer (or the older cpu_offload: true)
+// at every stage it runs (zero_use_cpu_optimizer): the optimizer state and fp32 masters in
+// host memory, stepped there by its CPU Adam (the same update), and a client optimizer
+// refused unless zero_force_ds_cpu_optimizer is false; offload_param is ZeRO-3's. stepwise
+// keeps them where the parameters are, so on CPU parameters offload to the CPU changes
+// nothing (initialize notes it), and on CUDA parameters it is refused by name; NVMe, a
+// partial offload (ratio < 1: ZeRO-3 only, as DeepSpeed asserts), both the older key and
+// the newer one, or a key DeepSpeed's offload config does not have are refused here.
 // Returns whether the optimizer is offloaded to the CPU.
 bool optimizer_offloaded(const nlohmann::json& zero) {
-  if (zero.contains("cpu_offload") && zero.at("cpu_offload") == true) return true;
+  const bool legacy = zero.contains("cpu_offload");
+  STEPWISE_CHECK(!(legacy && zero.contains("offload_optimizer")), ConfigError,
+                 "zero_optimization has both cpu_offload and offload_optimizer, which DeepSpeed "
+                 "refuses (the first is the older name of the second): keep offload_optimizer");
+  if (legacy) return zero.at("cpu_offload") == true;
   if (!zero.contains("offload_optimizer") || zero.at("offload_optimizer").is_null()) return false;
   const auto& o = zero.at("offload_optimizer");
   STEPWISE_CHECK(o.is_object(), ConfigError,
                  "zero_optimization.offload_optimizer must be an object such as "
                  "{\"device\": \"cpu\"}, got ",
                  o.dump());
+  static const std::vector<std::string> keys = {
+      "device",         "nvme_path", "buffer_count", "pin_memory",    "pipeline_read",
+      "pipeline_write", "fast_init", "ratio",        "super_offload", "cpuadam_cores_perc"};
+  for (const auto& [key, value] : o.items()) {
+    STEPWISE_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(), ConfigError,
+                   "unknown key zero_optimization.offload_optimizer.", key, " (value ",
+                   value.dump(), "); valid keys here are: ", join(keys));
+  }
   const auto device = o.value("device", nlohmann::json("none"));
   STEPWISE_CHECK(device == "none" || device == "cpu" || device == "nvme", ConfigError,
                  "zero_optimization.offload_optimizer.device is ", device.dump(),
@@ -71,6 +87,10 @@ bool optimizer_offloaded(const nlohmann::json& zero) {
                  "zero_optimization.offload_optimizer.device \"nvme\" turns on ZeRO-Infinity's "
                  "NVMe offload, which stepwise does not implement: use \"cpu\" (with the model "
                  "on the CPU, where the state already is) or \"none\"");
+  const auto ratio = o.value("ratio", nlohmann::json(1.0));
+  STEPWISE_CHECK(ratio.is_number() && ratio.get<double>() == 1.0, ConfigError,
+                 "zero_optimization.offload_optimizer.ratio is ", ratio.dump(),
+                 ": partial offload is ZeRO stage 3's only, as DeepSpeed asserts; drop it");
   return device == "cpu";
 }
 
@@ -103,7 +123,7 @@ void parse_zero(ObjectReader r, Config& out) {
   const bool has_reduce = read_bucket("reduce_bucket_size", reduce_bucket_size);
   const bool has_overlap = r.get("overlap_comm", overlap_comm);
   read_bucket("allgather_bucket_size", zero.allgather_bucket_size());
-  const bool offloaded = stage >= 1 && optimizer_offloaded(r.json());
+  const bool offloaded = stage <= 2 && optimizer_offloaded(r.json());
   std::vector<std::string> unused;
   for (const auto& key : deepspeed_zero_keys()) {
     if (!r.json().contains(key)) continue;

@@ -54,9 +54,9 @@ const std::vector<DeepSpeedFeature>& deepspeed_features(const std::string& secti
            {"dataloader_drop_last", "false", WhenOn::kNote,
             "stepwise builds no data loader; drop the last partial batch in your own"},
            {"zero_allow_untested_optimizer", "false", WhenOn::kNote,
-            "stepwise's ZeRO stages 1 and 2 shard whole tensors, so every optimizer runs sharded "
-            "as it "
-            "runs unsharded"},
+            "stepwise's ZeRO stages 1 and 2 shard whole tensors, so an optimizer runs sharded as "
+            "it runs unsharded (Lamb, which DeepSpeed steps on flat partitions, is refused at "
+            "those stages)"},
            {"disable_allgather", "false", WhenOn::kNote,
             "stepwise's ZeRO stages 1 and 2 always send the updated parameters by broadcast from "
             "each "

@@ -46,6 +46,18 @@ void validate(const OptimizerOptions& options) {
       !options.nesterov() || (options.momentum() > 0.0 && options.dampening() == 0.0), "nesterov",
       "needs momentum > 0 and dampening 0, got momentum ", options.momentum(), " and dampening ",
       options.dampening());
+  check_in_range("max_coeff", options.max_coeff(), -detail::kFloatMax, detail::kFloatMax);
+  check_in_range("min_coeff", options.min_coeff(), -detail::kFloatMax, detail::kFloatMax);
+  if (options.type() == "Lamb") {  // DeepSpeed's FusedLamb takes neither of Adam's switches
+    STEPWISE_CHECK_OPTION(!options.amsgrad(), "amsgrad",
+                          "is true: DeepSpeed's FusedLamb does not support the AMSGrad variant; "
+                          "drop amsgrad");
+    STEPWISE_CHECK_OPTION(!options.torch_adam() && options.adam_w_mode(),
+                          options.torch_adam() ? "torch_adam" : "adam_w_mode",
+                          "is set, but it is Adam's: DeepSpeed's FusedLamb has no such "
+                          "argument; drop it");
+    return;
+  }
   STEPWISE_CHECK_OPTION(!(options.amsgrad() && options.torch_adam() == false), "amsgrad",
                         "is true but torch_adam is false: the fused Adam has no AMSGrad; set "
                         "\"torch_adam\": true (or drop amsgrad)");
@@ -56,11 +68,6 @@ void validate(const OptimizerOptions& options) {
                         "is false but torch_adam is true: LibTorch's Adam and AdamW always "
                         "correct the bias (DeepSpeed's torch.optim.Adam refuses the key); drop "
                         "\"torch_adam\" or bias_correction");
-  STEPWISE_CHECK_OPTION(!(options.type() == "Lamb" && options.amsgrad()), "amsgrad",
-                        "is true: DeepSpeed's FusedLamb does not support the AMSGrad variant; "
-                        "drop amsgrad");
-  check_in_range("max_coeff", options.max_coeff(), -detail::kFloatMax, detail::kFloatMax);
-  check_in_range("min_coeff", options.min_coeff(), -detail::kFloatMax, detail::kFloatMax);
   STEPWISE_CHECK_OPTION(options.bias_correction() || !options.amsgrad(), "bias_correction",
                         "is false with amsgrad: the fused Adam, the only one without bias "
                         "correction, has no AMSGrad; drop amsgrad or bias_correction");

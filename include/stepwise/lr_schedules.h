@@ -179,11 +179,12 @@ class WarmupCosineLR : public Schedule {
 };
 
 /// The 1cycle policy: lr up then down over one cycle, then decay; momentum
-/// (beta1 of Adam/AdamW) cycles inversely. Optimizers without betas (SGD) keep
+/// (beta1 of Adam, AdamW or Lamb) cycles inversely. Optimizers without betas (SGD) keep
 /// their momentum, as in DeepSpeed, with a warning.
 class OneCycle : public Schedule {
  public:
-  /// Sets the optimizer's lr to schedule(0) and, for Adam/AdamW, beta1 to momentum_at(0).
+  /// Sets the optimizer's lr to schedule(0) and, for Adam, AdamW or Lamb, beta1 to
+  /// momentum_at(0).
   OneCycle(torch::optim::Optimizer& optimizer, const OneCycleOptions& options);
   /// The momentum (beta1) at `lbi`.
   double momentum_at(int64_t lbi) const;

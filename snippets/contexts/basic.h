@@ -1,7 +1,7 @@
-// Context "basic": the includes the pages' fragments use, and nothing else. (Not
-// <torch/torch.h>: it doubles the compile time of a copied block.) They are engine.h's
-// too, line for line, so that docs:copies precompiles them once for both contexts' copies
-// (NOTE: [leading-includes PCH] in snippets/copies_test.py).
+// Context "basic": the includes the pages' fragments use (this context's and the engine
+// context's). (Not <torch/torch.h>: it doubles the compile time of a copied block.) They
+// are engine.h's too, line for line, so that docs:copies precompiles them once for both
+// contexts' copies (NOTE: [leading-includes PCH] in snippets/copies_test.py).
 //
 //   ```{.cpp .fragment #id context="basic"}
 //   auto config = stepwise::Config::from_string(R"({"train_batch_size": 8})");

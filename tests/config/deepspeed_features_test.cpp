@@ -56,14 +56,15 @@ TEST(DeepSpeedFeatures, WhatOnlyObservesIsAcceptedWithOneNoteEach) {
       "\"fp16.fp16_scale_tolerance\" has no effect in stepwise: DeepSpeed does not read it "
       "either (an option of an older loss scaler)",
       "zero_optimization keys with no effect at stage 0 (DeepSpeed reads them only at stages "
-      "1-3): reduce_bucket_size, offload_optimizer",
+      "1-3): reduce_bucket_size",
       "\"activation_checkpointing\" has no effect in stepwise: DeepSpeed recomputes "
       "activations only where the model calls deepspeed.checkpointing.checkpoint(); a "
       "LibTorch model does its own recomputation",
       "\"comms_logger\" has no effect in stepwise: stepwise does not log its collectives; the "
       "progress line shows the all-reduce time with wall_clock_breakdown",
       "\"zero_allow_untested_optimizer\" has no effect in stepwise: stepwise's ZeRO stages 1 "
-      "and 2 shard whole tensors, so every optimizer runs sharded as it runs unsharded"};
+      "and 2 shard whole tensors, so an optimizer runs sharded as it runs unsharded (Lamb, "
+      "which DeepSpeed steps on flat partitions, is refused at those stages)"};
   EXPECT_EQ(config.notes, expected);
 }
 
@@ -243,6 +244,34 @@ TEST(DeepSpeedFeatures, ZeroStageOneHonoursItsBucketsAndNamesTheRest) {
             "zero_optimization.offload_optimizer.device \"nvme\" turns on ZeRO-Infinity's NVMe "
             "offload, which stepwise does not implement: use \"cpu\" (with the model on the "
             "CPU, where the state already is) or \"none\"");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+              "cpu_offload": false, "offload_optimizer": {"device": "cpu"}}})"),
+            "zero_optimization has both cpu_offload and offload_optimizer, which DeepSpeed "
+            "refuses (the first is the older name of the second): keep offload_optimizer");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
+              "offload_optimizer": {"device": "cpu", "pin_memroy": true}}})"),
+            "unknown key zero_optimization.offload_optimizer.pin_memroy (value true); valid keys "
+            "here are: device, nvme_path, buffer_count, pin_memory, pipeline_read, "
+            "pipeline_write, fast_init, ratio, super_offload, cpuadam_cores_perc");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+              "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})"),
+            "zero_optimization.offload_optimizer.ratio is 0.3: partial offload is ZeRO stage 3's "
+            "only, as DeepSpeed asserts; drop it");
+  // Read at stage 0 too (DeepSpeed's zero_use_cpu_optimizer does not look at the stage).
+  EXPECT_TRUE(Config::from_string(R"({"train_batch_size": 8, "zero_optimization": {
+    "stage": 0, "offload_optimizer": {"device": "cpu"}}})")
+                  .zero.offload_optimizer());
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {
+              "amsgrad": true, "torch_adam": true}}, "zero_optimization": {"stage": 1,
+              "offload_optimizer": {"device": "cpu"}}})"),
+            "optimizer.params.amsgrad with zero_optimization.offload_optimizer: DeepSpeed's CPU "
+            "Adam ignores amsgrad there (plain Adam), which stepwise does not imitate; drop "
+            "amsgrad or the offload");
+  EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "optimizer": {"type": "Lamb"},
+              "zero_optimization": {"stage": 1}})"),
+            "optimizer.type \"Lamb\" at zero_optimization.stage 1: DeepSpeed then computes one "
+            "trust ratio per rank's flat partition, which stepwise (whole tensors, one ratio "
+            "each) does not reproduce; use stage 0");
   EXPECT_EQ(refusal_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
               "offload_optimizer": {"device": "disk"}}})"),
             "zero_optimization.offload_optimizer.device is \"disk\"; DeepSpeed's devices are "

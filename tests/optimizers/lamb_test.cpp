@@ -57,14 +57,19 @@ struct TwoTensors : torch::nn::Module {
 // Through the engine, as a config names it: 8 steps of random gradients (the loss's
 // gradient is `g`) against the reference, for the defaults and each option changed.
 TEST(Lamb, TheConfigsLambIsDeepSpeedsFusedLamb) {
-  std::vector<LambReference> cases(6);
+  // Tensor a's ratio is 0.26-0.46 here and b's (from 0) far below 0.01, so b is floored in
+  // every case; case 4's cap binds a, and case 6 (floor above cap) takes the floor, as the
+  // kernel's order (cap, then floor) gives.
+  std::vector<LambReference> cases(7);
   cases[1].weight_decay = 0.1;
   cases[2].bias_correction = false;
   cases[3].eps_inside_sqrt = true;
   cases[3].eps = 1e-3;
-  cases[4].max_coeff = 0.5;  // the cap binds
+  cases[4].max_coeff = 0.1;  // the cap binds
   cases[5].min_coeff = 5.0;  // the floor binds
   cases[5].lr = 0.01;
+  cases[6].max_coeff = 0.1;  // both bind: the floor wins
+  cases[6].min_coeff = 0.2;
   for (size_t c = 0; c < cases.size(); ++c) {
     const auto& r = cases[c];
     torch::manual_seed(11);
@@ -93,29 +98,40 @@ TEST(Lamb, TheConfigsLambIsDeepSpeedsFusedLamb) {
   }
 }
 
-TEST(Lamb, ItsStateAndOptionsRoundTripAndItsKeysAreChecked) {
-  torch::manual_seed(2);
-  auto a = torch::randn({5}, torch::requires_grad());
-  auto lamb = make_optimizer(
-      OptimizerOptions("Lamb").lr(0.01).max_coeff(2.0).min_coeff(0.1).eps_inside_sqrt(true), {a});
-  a.mutable_grad() = torch::ones({5});
-  lamb->step();
-  torch::serialize::OutputArchive out;
-  lamb->save(out);
-  std::ostringstream bytes;
-  out.save_to(bytes);
-  auto b = a.detach().clone().requires_grad_(true);
-  auto again = make_optimizer(
-      OptimizerOptions("Lamb").lr(0.01).max_coeff(2.0).min_coeff(0.1).eps_inside_sqrt(true), {b});
-  torch::serialize::InputArchive in;
-  std::istringstream from(bytes.str());
-  in.load_from(from);
-  again->load(in);
-  a.mutable_grad() = torch::full({5}, 0.5);
-  b.mutable_grad() = torch::full({5}, 0.5);
-  lamb->step();
-  again->step();
-  EXPECT_TRUE(torch::equal(a, b)) << "the second step from the loaded state";
+// A checkpoint restores Lamb's state and every option: an engine built with other options
+// resumes and continues bit for bit with the saved ones.
+TEST(Lamb, ACheckpointRestoresItsStateAndOptionsAndItsKeysAreChecked) {
+  const auto config = [](const char* params) {
+    return Config::from_string(
+        std::string(R"({"train_batch_size": 1, "optimizer": {"type": "Lamb", "params": )") +
+        params + "}}");
+  };
+  const auto saved = config(R"({"lr": 0.01, "betas": [0.8, 0.9], "eps": 1e-3,
+      "weight_decay": 0.1, "bias_correction": false, "eps_inside_sqrt": true,
+      "max_coeff": 0.3, "min_coeff": 0.2})");
+  const auto run = [](Engine& engine, TwoTensors& model, int from, int to) {
+    for (int t = from; t < to; ++t) {
+      torch::manual_seed(100 + t);
+      engine.backward((model.a * torch::randn({40})).sum() + (model.b * torch::randn({3})).sum());
+      engine.step();
+    }
+  };
+  torch::manual_seed(4);
+  auto whole = std::make_shared<TwoTensors>();
+  auto resumed = std::make_shared<TwoTensors>();
+  auto engine = initialize(whole, saved);
+  run(engine, *whole, 0, 3);
+  const auto dir = std::filesystem::temp_directory_path() / "stepwise-lamb-checkpoint";
+  std::filesystem::remove_all(dir);
+  engine.save_checkpoint(dir.string());
+  run(engine, *whole, 3, 6);
+  auto other = initialize(resumed, config(R"({"lr": 0.5, "max_coeff": 3.0})"));
+  other.load_checkpoint(dir.string());
+  EXPECT_EQ(other.optimizer().param_groups()[0].options().get_lr(), 0.01);
+  run(other, *resumed, 3, 6);
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(torch::equal(whole->a, resumed->a) && torch::equal(whole->b, resumed->b))
+      << "the resumed run, with the saved options, ends as the uninterrupted one";
   const auto error_of = [](const std::string& params) {
     try {
       Config::from_string(R"({"train_batch_size": 1, "optimizer": {"type": "LAMB", "params": )" +
@@ -131,6 +147,17 @@ TEST(Lamb, ItsStateAndOptionsRoundTripAndItsKeysAreChecked) {
   EXPECT_NE(error_of(R"({"torch_adam": true})").find("unknown key optimizer.params.torch_adam"),
             std::string::npos)
       << "FusedLamb takes no torch_adam: DeepSpeed fails with a TypeError";
+  // The same in C++: Adam's switches are not Lamb's.
+  for (const auto& options :
+       {OptimizerOptions("Lamb").torch_adam(false), OptimizerOptions("Lamb").adam_w_mode(false)}) {
+    try {
+      validate(options);
+      ADD_FAILURE() << "an Adam switch was taken for Lamb";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("is set, but it is Adam's"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace
