@@ -3,7 +3,7 @@
 #include "fused.h"
 
 #include "check.h"
-#include "torch_compat.h"
+#include "optimizers_detail.h"
 
 #include <torch/optim/serialize.h>
 #include <torch/torch.h>
@@ -79,14 +79,7 @@ torch::Tensor FusedAdamW::update(const LossClosure& closure, double grad_scale) 
     for (auto& p : group.params()) {
       const size_t at = index++;
       if (!p.grad().defined()) continue;
-      auto& slot = state_[compat::state_key(*this, p)];
-      if (!slot) {
-        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
-        fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
-        fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
-        slot = std::move(fresh);
-      }
-      auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
+      auto& state = detail::adam_state(*this, p);  // contiguous: the kernels' layout
       state.step(state.step() + 1);
       auto& lists = by_step[state.step()];
       lists.params.push_back(p);

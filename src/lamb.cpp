@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "check.h"
-#include "torch_compat.h"
+#include "optimizers_detail.h"
 
 #include <cmath>
 
@@ -52,14 +52,7 @@ torch::Tensor Lamb::step(LossClosure closure) {
       const auto& grad = p.grad();
       STEPWISE_CHECK(!grad.is_sparse(), std::invalid_argument,
                      "Lamb does not support sparse gradients, as DeepSpeed's FusedLamb");
-      auto& slot = state_[compat::state_key(*this, p)];
-      if (!slot) {
-        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
-        fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        slot = std::move(fresh);
-      }
-      auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
+      auto& state = adam_state(*this, p);
       state.step(state.step() + 1);
       auto& m = state.exp_avg();
       auto& v = state.exp_avg_sq();

@@ -10,6 +10,7 @@
 #include "lamb.h"
 #include "optimizers_detail.h"
 #include "option_checks.h"
+#include "torch_compat.h"
 
 #include <algorithm>
 #include <cmath>
@@ -73,11 +74,28 @@ void validate(const OptimizerOptions& options) {
                         "correction, has no AMSGrad; drop amsgrad or bias_correction");
 }
 
+namespace detail {
+
+torch::optim::AdamWParamState& adam_state(torch::optim::Optimizer& optimizer,
+                                          const torch::Tensor& p) {
+  auto& slot = optimizer.state()[compat::state_key(optimizer, p)];
+  if (!slot) {
+    auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+    fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+    fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+    slot = std::move(fresh);
+  }
+  return static_cast<torch::optim::AdamWParamState&>(*slot);
+}
+
+}  // namespace detail
+
 namespace {
 
 // Which optimizer a section builds. NOTE: [fused by device] "Adam"/"AdamW" use FusedAdamW
-// when asked (torch_adam false) or, unset, when the parameters are on CUDA (one kernel for
-// all parameters, as DeepSpeed's FusedAdam); on CPU LibTorch's optimizers stay the default.
+// when asked (torch_adam false), when bias_correction is false (LibTorch's always corrects),
+// or, torch_adam unset, when the parameters are on CUDA (one kernel for all parameters, as
+// DeepSpeed's FusedAdam); on CPU LibTorch's optimizers stay the default.
 enum class Kind { kFused, kAdamW, kAdam, kLamb, kSGD };
 
 Kind kind_of(const OptimizerOptions& options, bool on_cuda) {

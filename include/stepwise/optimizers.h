@@ -8,10 +8,10 @@
 //
 // "Adam" -> AdamW (or Adam with adam_w_mode(false)), "AdamW" -> AdamW, "SGD" ->
 // torch::optim::SGD, "Lamb" -> Lamb as DeepSpeed's FusedLamb computes it (on any device).
-// Adam/AdamW are stepwise::FusedAdamW (one fused update for all parameters) when the parameters are
-// on CUDA, torch_adam is false or bias_correction is false, and LibTorch's torch::optim::AdamW/Adam
-// otherwise (CPU default, torch_adam true, or amsgrad). see NOTE: [Adam means AdamW], NOTE: [fused
-// by device]
+// Adam/AdamW are stepwise::FusedAdamW (one fused update for all parameters) when the
+// parameters are on CUDA, torch_adam is false or bias_correction is false, and LibTorch's
+// torch::optim::AdamW/Adam otherwise (CPU default, torch_adam true, or amsgrad).
+// see NOTE: [Adam means AdamW], NOTE: [fused by device]
 #pragma once
 
 #include <torch/arg.h>
